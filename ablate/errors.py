@@ -1,0 +1,118 @@
+"""Spec errors: every problem as `FILE: dotted.key: what is wrong`, never a traceback."""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, get_args, get_origin
+
+from pydantic import BaseModel, ValidationError
+
+Loc = tuple[str | int, ...]
+
+
+@dataclass(frozen=True)
+class Issue:
+    """One problem at one place of a spec."""
+
+    loc: Loc
+    msg: str
+
+    def where(self) -> str:
+        return dotted(self.loc) or "(top level)"
+
+
+class SpecError(Exception):
+    """A spec that cannot be used: one line per problem, `FILE: dotted.key: what is wrong`."""
+
+    def __init__(self, lines: Sequence[str]):
+        self.lines = list(lines)
+        super().__init__("\n".join(self.lines))
+
+    @classmethod
+    def at(cls, file: Path | str | None, issues: Iterable[Issue], context: str = "") -> SpecError:
+        prefix = f"{file}: " if file is not None else ""
+        suffix = f" ({context})" if context else ""
+        return cls([f"{prefix}{issue.where()}: {issue.msg}{suffix}" for issue in issues])
+
+    @classmethod
+    def merge(cls, errors: Iterable[SpecError]) -> SpecError:
+        return cls([line for error in errors for line in error.lines])
+
+
+class SpecValueError(ValueError):
+    """Raised inside pydantic validators: a message, and the key below the validated value it concerns."""
+
+    def __init__(self, msg: str, loc: Loc = ()):
+        super().__init__(msg)
+        self.msg = msg
+        self.loc = tuple(loc)
+        self.issues: list[Issue] = [Issue(self.loc, msg)]
+
+    @classmethod
+    def many(cls, issues: Iterable[Issue]) -> SpecValueError:
+        issues = list(issues)
+        error = cls(issues[0].msg, issues[0].loc)
+        error.issues = issues
+        return error
+
+
+def dotted(loc: Loc) -> str:
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out
+
+
+def did_you_mean(word: str, choices: Iterable[str]) -> str:
+    close = difflib.get_close_matches(str(word), list(choices), n=1, cutoff=0.6)
+    return f"; did you mean '{close[0]}'?" if close else ""
+
+
+def unknown_key(key: str, choices: Iterable[str]) -> str:
+    choices = sorted(choices)
+    hint = did_you_mean(key, choices)
+    return f"unknown key '{key}'{hint}" if hint else f"unknown key '{key}' (valid: {', '.join(choices)})"
+
+
+def fields_at(model: type[BaseModel], loc: Loc) -> list[str] | None:
+    """Names of the fields of the model found by walking `loc` down from `model`, if it is one."""
+    annotation: Any = model
+    for part in loc:
+        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+            field = annotation.model_fields.get(str(part))
+            if field is None:
+                return None
+            annotation = field.annotation
+        elif get_origin(annotation) is dict:
+            annotation = get_args(annotation)[1]
+        else:
+            return None
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return list(annotation.model_fields)
+    return None
+
+
+def issues_from(error: ValidationError, model: type[BaseModel] | None = None) -> list[Issue]:
+    """Turns pydantic's errors into short `key: what` issues."""
+    issues = []
+    for e in error.errors():
+        loc = tuple(p for p in e["loc"] if not (isinstance(p, str) and p.startswith("function-")))
+        cause = (e.get("ctx") or {}).get("error")
+        if isinstance(cause, SpecValueError):
+            issues += [Issue(loc + issue.loc, issue.msg) for issue in cause.issues]
+            continue
+        if e["type"] == "extra_forbidden":
+            names = fields_at(model, loc[:-1]) if model else None
+            msg = unknown_key(str(loc[-1]), names) if names else f"unknown key '{loc[-1]}'"
+        elif e["type"] == "missing":
+            msg = "required key is missing"
+        else:
+            msg = e["msg"].removeprefix("Value error, ")
+            msg = msg[:1].lower() + msg[1:]
+            if "input" in e and not isinstance(e["input"], dict | list):
+                msg += f" (got {e['input']!r})"
+        issues.append(Issue(loc, msg))
+    return issues

@@ -1,0 +1,342 @@
+"""Experiment files: a baseline spec (inline or `extends:`), its variants and grids, expanded into runs.
+
+    name: pe
+    extends: base.yaml           # relative to this file; chains allowed
+    model: {dropout: 0.2}        # merged over what base.yaml says
+    variants:
+      learned: {model.positions: learned}
+    grid:
+      model.heads: [1, 2, 4, 8]  # runs named heads=1, heads=2, ...
+
+Every problem is reported as `FILE: dotted.key: what is wrong`, before any tensor exists.
+"""
+
+from __future__ import annotations
+
+import copy
+import importlib
+import importlib.util
+import itertools
+import re
+import sys
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from ablate.errors import Issue, SpecError, dotted, issues_from, unknown_key
+from ablate.registry import PartSpec, Slot
+from ablate.spec import RunSpec
+
+RUN_NAME = re.compile(r"^[\w.=,+-]+$")
+
+
+class Header(BaseModel):
+    """The keys of an experiment file besides the spec sections."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    name: str = Field(pattern=RUN_NAME.pattern, description="the experiment's name; results go under it")
+    description: str = ""
+    extends: str | None = Field(None, description="a file whose baseline spec this one starts from")
+    plugins: list[str] = Field(default_factory=list, description="modules or .py files that register parts")
+    variants: dict[str, dict[str, Any]] = Field(default_factory=dict, description="run name -> {dotted.key: value}")
+    grid: dict[str, list[Any]] = Field(default_factory=dict, description="dotted.key -> values; every combination runs")
+
+
+SECTIONS = tuple(RunSpec.model_fields)
+
+
+@dataclass(frozen=True)
+class Run:
+    """One trainable configuration of an experiment."""
+
+    name: str
+    spec: RunSpec
+    differences: dict[str, str]  # dotted key -> value, where this run differs from the baseline
+
+    def describe(self) -> str:
+        return ", ".join(f"{key.split('.')[-1]}={value}" for key, value in self.differences.items()) or "-"
+
+
+@dataclass
+class Experiment:
+    """A loaded experiment file: its baseline and every run, the baseline first."""
+
+    path: Path
+    name: str
+    description: str
+    runs: list[Run]
+    plugins: list[str] = field(default_factory=list)
+
+    @property
+    def baseline(self) -> Run:
+        return self.runs[0]
+
+    def run(self, name: str) -> Run:
+        for run in self.runs:
+            if run.name == name:
+                return run
+        raise KeyError(f"{self.path}: no run named '{name}' (runs: {', '.join(r.name for r in self.runs)})")
+
+
+def load_experiment(path: str | Path, overrides: Sequence[str] = ()) -> Experiment:
+    """Loads, validates and expands an experiment file; `overrides` are `dotted.key=yaml` applied to every run."""
+    path = Path(path)
+    header, baseline, origins, plugins = _resolve(path, ())
+    sets = parse_overrides(overrides)
+
+    raw_runs: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {"baseline": (baseline, {})}
+    for name, changes in header.variants.items():
+        raw_runs[_new_name(path, name, raw_runs, ("variants", name))] = (baseline, changes)
+    for name, changes in _grid_runs(path, header.grid):
+        raw_runs[_new_name(path, name, raw_runs, ("grid",))] = (baseline, changes)
+
+    specs: dict[str, RunSpec] = {}
+    errors = []
+    for name, (data, changes) in raw_runs.items():
+        where = ("variants", name) if name in header.variants else ("grid",)
+        try:
+            data = apply_overrides(data, changes, path, where)
+            data = apply_overrides(data, sets, "--set", ())
+            specs[name] = _validate(
+                data, origins if name == "baseline" else {}, path, "" if name == "baseline" else f"run '{name}'"
+            )
+        except SpecError as error:
+            if name == "baseline":
+                raise
+            errors.append(error)
+    if errors:
+        raise SpecError.merge(errors)
+
+    base = flatten(specs["baseline"])
+    runs = [
+        Run(name, spec, {k: v for k, v in flatten(spec).items() if base.get(k) != v}) for name, spec in specs.items()
+    ]
+    return Experiment(path, header.name, header.description, runs, plugins)
+
+
+def _new_name(path: Path, name: str, taken: dict, loc: tuple) -> str:
+    if not RUN_NAME.match(name):
+        raise SpecError.at(path, [Issue(loc, f"run name '{name}' may hold only letters, digits and . _ = , + -")])
+    if name in taken:
+        raise SpecError.at(path, [Issue(loc, f"a run named '{name}' exists already (the baseline is 'baseline')")])
+    return name
+
+
+def _resolve(path: Path, chain: tuple[Path, ...]) -> tuple[Header, dict[str, Any], dict[str, Path], list[str]]:
+    """Reads `path` and what it extends: its header, the merged baseline sections, each key's file, plugins."""
+    data = read_yaml(path)
+    header_data = {k: v for k, v in data.items() if k not in SECTIONS}
+    try:
+        header = Header.model_validate(header_data)
+    except ValidationError as error:
+        issues = issues_from(error, Header)
+        for i, issue in enumerate(issues):  # an unknown top-level key: suggest from sections too
+            if len(issue.loc) == 1 and issue.msg.startswith("unknown key"):
+                issues[i] = Issue(issue.loc, unknown_key(str(issue.loc[0]), [*Header.model_fields, *SECTIONS]))
+        raise SpecError.at(path, issues) from None
+
+    baseline: dict[str, Any] = {}
+    origins: dict[str, Path] = {}
+    plugins: list[str] = []
+    if header.extends is not None:
+        parent = (path.parent / header.extends).resolve()
+        if parent in chain or parent == path.resolve():
+            cycle = " -> ".join(p.name for p in (*chain, path.resolve(), parent))
+            raise SpecError.at(path, [Issue(("extends",), f"extends forms a cycle: {cycle}")])
+        if not parent.is_file():
+            raise SpecError.at(path, [Issue(("extends",), f"no such file: {parent}")])
+        _, baseline, origins, plugins = _resolve(parent, (*chain, path.resolve()))
+
+    for i, plugin in enumerate(header.plugins):
+        plugins.append(load_plugin(plugin, path, ("plugins", i)))
+    for section in SECTIONS:
+        if section in data:
+            if not isinstance(data[section], dict):
+                raise SpecError.at(path, [Issue((section,), f"expected a mapping, got {data[section]!r}")])
+            baseline[section] = merge(baseline.get(section, {}), data[section])
+            origins.update({k: path for k in _keys(data[section], (section,))})
+    return header, baseline, origins, plugins
+
+
+def read_yaml(path: Path) -> dict[str, Any]:
+    if not path.is_file():
+        raise SpecError([f"{path}: no such file"])
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as error:
+        mark = getattr(error, "problem_mark", None)
+        where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "(top level)"
+        raise SpecError([f"{path}: {where}: not valid YAML: {getattr(error, 'problem', None) or error}"]) from None
+    except (OSError, UnicodeDecodeError) as error:
+        raise SpecError([f"{path}: cannot read: {error}"]) from None
+    if not isinstance(data, dict):
+        raise SpecError([f"{path}: (top level): expected a mapping of keys, got {type(data).__name__}"])
+    return data
+
+
+_PLUGINS: dict[str, str] = {}  # what a plugin was given as -> the module name it was imported under
+
+
+def load_plugin(plugin: str, relative_to: Path, loc: tuple) -> str:
+    """Imports a plugin (module name, or .py path relative to the spec) once; returns how to import it again."""
+    is_file = plugin.endswith(".py") or "/" in plugin
+    key = str((relative_to.parent / plugin).resolve()) if is_file else plugin
+    if key in _PLUGINS:
+        return key
+    try:
+        if is_file:
+            if not Path(key).is_file():
+                raise FileNotFoundError(f"no such file: {key}")
+            module_name = f"ablate_plugin_{Path(key).stem}_{abs(hash(key)):x}"
+            module_spec = importlib.util.spec_from_file_location(module_name, key)
+            module = importlib.util.module_from_spec(module_spec)
+            sys.modules[module_name] = module
+            module_spec.loader.exec_module(module)
+        else:
+            module_name = plugin
+            importlib.import_module(plugin)
+    except Exception as error:  # a plugin's own bug is the user's to see, in one line
+        sys.modules.pop(f"ablate_plugin_{Path(key).stem}_{abs(hash(key)):x}", None)
+        raise SpecError.at(
+            relative_to, [Issue(loc, f"cannot import plugin '{plugin}': {type(error).__name__}: {error}")]
+        ) from None
+    _PLUGINS[key] = module_name
+    return key
+
+
+def merge(base: dict[str, Any], update: dict[str, Any]) -> dict[str, Any]:
+    """Deep merge. A mapping naming a different part (`name:`) replaces the old one instead of merging."""
+    out = copy.deepcopy(base)
+    for key, value in update.items():
+        old = out.get(key)
+        if (
+            isinstance(old, dict)
+            and isinstance(value, dict)
+            and old.get("name", value.get("name")) == value.get("name")
+        ):
+            out[key] = merge(old, value)
+        else:
+            out[key] = copy.deepcopy(value)
+    return out
+
+
+def _keys(data: dict[str, Any], prefix: tuple) -> Iterable[str]:
+    for key, value in data.items():
+        yield dotted((*prefix, key))
+        if isinstance(value, dict):
+            yield from _keys(value, (*prefix, key))
+
+
+def parse_overrides(items: Sequence[str]) -> dict[str, Any]:
+    """`['model.heads=4']` -> `{'model.heads': 4}`, values parsed as YAML."""
+    out = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise SpecError([f"--set: expected KEY=VALUE such as model.heads=4, got '{item}'"])
+        try:
+            out[key.strip()] = yaml.safe_load(value)
+        except yaml.YAMLError as error:
+            raise SpecError([f"--set: {key}: value is not valid YAML: {error}"]) from None
+    return out
+
+
+def apply_overrides(data: dict[str, Any], changes: dict[str, Any], file: Path | str, where: tuple) -> dict[str, Any]:
+    """Sets each dotted key in a copy of `data`; a key must name a field of the spec."""
+    data = copy.deepcopy(data)
+    for key, value in changes.items():
+        parts = key.split(".")
+        _check_key(parts, file, (*where, key))
+        node = data
+        for part in parts[:-1]:
+            child = node.get(part)
+            if isinstance(child, str):  # a part given by name gets parameters: learned -> {name: learned}
+                child = {"name": child}
+            elif not isinstance(child, dict):
+                child = {}
+            node[part] = child
+            node = child
+        if isinstance(value, dict) and "name" not in value and isinstance(node.get(parts[-1]), dict):
+            value = merge(node[parts[-1]], value)
+        node[parts[-1]] = value
+    return data
+
+
+def _check_key(parts: list[str], file: Path | str, loc: tuple) -> None:
+    model: Any = RunSpec
+    for i, part in enumerate(parts):
+        if isinstance(model, Slot):  # below a part: its name or parameters, checked when the spec validates
+            return
+        if not (isinstance(model, type) and issubclass(model, BaseModel)):
+            raise SpecError.at(file, [Issue(loc, f"'{'.'.join(parts[:i])}' is a value, it has no key '{part}'")])
+        if part not in model.model_fields:
+            raise SpecError.at(file, [Issue(loc, f"no such key in the spec: {unknown_key(part, model.model_fields)}")])
+        field_info = model.model_fields[part]
+        slots = [m for m in field_info.metadata if isinstance(m, Slot)]
+        model = slots[0] if slots else field_info.annotation
+
+
+def _validate(data: dict[str, Any], origins: dict[str, Path], default_file: Path, context: str) -> RunSpec:
+    try:
+        return RunSpec.model_validate(data)
+    except ValidationError as error:
+        lines = []
+        for issue in issues_from(error, RunSpec):
+            file = next((origins[k] for k in _prefixes(issue.loc) if k in origins), default_file)
+            lines += SpecError.at(file, [issue], context).lines
+        raise SpecError(lines) from None
+
+
+def _prefixes(loc: tuple) -> list[str]:
+    return [dotted(loc[:n]) for n in range(len(loc), 0, -1)]
+
+
+def _grid_runs(path: Path, grid: dict[str, list[Any]]) -> list[tuple[str, dict[str, Any]]]:
+    if not grid:
+        return []
+    for key, values in grid.items():
+        if not values:
+            raise SpecError.at(path, [Issue(("grid", key), "needs at least one value")])
+    last = [key.split(".")[-1] for key in grid]
+    labels = [short if last.count(short) == 1 else key for key, short in zip(grid, last, strict=True)]
+    runs = []
+    for combination in itertools.product(*grid.values()):
+        name = ",".join(f"{label}={_label(value)}" for label, value in zip(labels, combination, strict=True))
+        runs.append((name, dict(zip(grid, combination, strict=True))))
+    return runs
+
+
+def _label(value: Any) -> str:
+    if isinstance(value, dict):
+        args = ",".join(f"{k}={v}" for k, v in value.items() if k != "name")
+        return f"{value.get('name', '')}({args})" if args else str(value.get("name", ""))
+    return str(value)
+
+
+def flatten(spec: BaseModel, prefix: str = "") -> dict[str, str]:
+    """Dotted key -> printable value, a part with its parameters counting as one value."""
+    out = {}
+    for name in type(spec).model_fields:
+        value = getattr(spec, name)
+        if isinstance(value, BaseModel):
+            out.update(flatten(value, f"{prefix}{name}."))
+        else:
+            out[f"{prefix}{name}"] = (
+                str(value) if isinstance(value, PartSpec) else repr(value) if isinstance(value, str) else str(value)
+            )
+    return out
+
+
+def experiment_schema() -> dict[str, Any]:
+    """JSON Schema of an experiment file: the header keys and the spec sections, with every registered part."""
+    schema = Header.model_json_schema()
+    spec = RunSpec.model_json_schema()
+    schema["properties"].update(spec["properties"])
+    schema.setdefault("$defs", {}).update(spec.get("$defs", {}))
+    schema["title"] = "ablate experiment"
+    return schema

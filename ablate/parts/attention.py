@@ -1,0 +1,160 @@
+"""Multi-head attention (§3.2) and the scaling of its dot products, the axis the tutorials got wrong.
+
+Shapes: B batch, L query length, M key length, h heads, d_k width of a head.
+Every variant runs through F.scaled_dot_product_attention with an explicit `scale`,
+so each gets the fused kernels.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from pydantic import PositiveFloat
+from torch import Tensor, nn
+
+from ablate.parts.positions import Positions
+from ablate.registry import Part, PartParams, slot
+
+
+class AttentionScaling(Part, nn.Module):
+    """Base: prepares q and k, and gives the factor that multiplies their dot products."""
+
+    def __init__(self, d_model: int, heads: int, d_k: int):
+        super().__init__()
+        self.d_model, self.heads, self.d_k = d_model, heads, d_k
+
+    def forward(self, q: Tensor, k: Tensor) -> tuple[Tensor, Tensor, float]:  # q: (B, h, L, d_k), k: (B, h, M, d_k)
+        raise NotImplementedError
+
+
+SCALING = slot("scaling", AttentionScaling, "what the attention logits q.k are scaled by")
+
+
+@SCALING.register("sqrt_dk")
+class SqrtDk(AttentionScaling):
+    """q.k / sqrt(d_k), the paper's: keeps the logits' variance at 1 for unit-variance q and k (§3.2.1)."""
+
+    def forward(self, q: Tensor, k: Tensor) -> tuple[Tensor, Tensor, float]:
+        return q, k, self.d_k**-0.5
+
+
+@SCALING.register("sqrt_dmodel")
+class SqrtDmodel(AttentionScaling):
+    """q.k / sqrt(d_model), the tutorial bug: logits sqrt(heads) times too small."""
+
+    def forward(self, q: Tensor, k: Tensor) -> tuple[Tensor, Tensor, float]:
+        return q, k, self.d_model**-0.5
+
+
+@SCALING.register("none")
+class NoScaling(AttentionScaling):
+    """q.k unscaled: the logits' variance grows with d_k and the softmax saturates (§3.2.1, footnote 4)."""
+
+    def forward(self, q: Tensor, k: Tensor) -> tuple[Tensor, Tensor, float]:
+        return q, k, 1.0
+
+
+@SCALING.register("qk_norm")
+class QKNorm(AttentionScaling):
+    """QK-norm: q and k L2-normalised per head, cosine logits times a learned per-head scale g (Henry et al. 2020)."""
+
+    class Params(PartParams):
+        init_scale: PositiveFloat = 10.0  # Henry et al. start g at log2(L^2 - L); L ~ 30 tokens gives ~10
+
+    def __init__(self, d_model: int, heads: int, d_k: int, init_scale: float):
+        super().__init__(d_model, heads, d_k)
+        self.g = nn.Parameter(torch.full((heads, 1, 1), init_scale))
+
+    def forward(self, q: Tensor, k: Tensor) -> tuple[Tensor, Tensor, float]:
+        # SDPA takes `scale` as a Python float, so the learned g multiplies q instead.
+        return F.normalize(q, dim=-1) * self.g.to(q.dtype), F.normalize(k, dim=-1), 1.0
+
+
+@dataclass
+class KV:
+    """Keys and values kept between decoding steps, each (B, h, M, d_k)."""
+
+    k: Tensor | None = None
+    v: Tensor | None = None
+
+    def __len__(self) -> int:
+        return 0 if self.k is None else self.k.size(2)
+
+    def reorder(self, index: Tensor) -> None:
+        """Keeps the batch rows `index` (beam search)."""
+        if self.k is not None:
+            self.k, self.v = self.k.index_select(0, index), self.v.index_select(0, index)
+
+
+class Attention(nn.Module):
+    """Multi-head attention (§3.2.2): h heads of width d_k = d_v, concatenated and projected back to d_model."""
+
+    def __init__(self, d_model: int, heads: int, d_k: int, scaling: AttentionScaling, dropout: float):
+        super().__init__()
+        self.heads, self.d_k, self.dropout = heads, d_k, dropout
+        self.scaling = scaling
+        self.w_o = nn.Linear(heads * d_k, d_model)
+
+    def split_heads(self, x: Tensor) -> Tensor:
+        return x.unflatten(-1, (self.heads, self.d_k)).transpose(1, 2)  # (B, L, h*d_k) -> (B, h, L, d_k)
+
+    def attend(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, is_causal: bool = False) -> Tensor:
+        q, k, scale = self.scaling(q, k)
+        out = F.scaled_dot_product_attention(
+            q,
+            k,
+            v,
+            attn_mask=mask,
+            is_causal=is_causal,
+            scale=scale,
+            dropout_p=self.dropout if self.training else 0.0,
+        )  # (B, h, L, d_k)
+        return self.w_o(out.transpose(1, 2).flatten(2))  # (B, L, h*d_k) -> (B, L, d_model)
+
+
+class SelfAttention(Attention):
+    """Attention of a sequence to itself; q, k, v from one packed projection, rotated if positions say so."""
+
+    def __init__(
+        self, d_model: int, heads: int, d_k: int, scaling: AttentionScaling, dropout: float, positions: Positions
+    ):
+        super().__init__(d_model, heads, d_k, scaling, dropout)
+        self.w_qkv = nn.Linear(d_model, 3 * heads * d_k)
+        self.positions = positions
+
+    def forward(self, x: Tensor, mask: Tensor | None = None, causal: bool = False, cache: KV | None = None) -> Tensor:
+        """x: (B, L, d_model); mask: (B, 1, 1, M) bool, True where a key may be attended to."""
+        offset = len(cache) if cache is not None else 0
+        q, k, v = (self.split_heads(t) for t in self.w_qkv(x).chunk(3, dim=-1))  # (B, h, L, d_k) each
+        q, k = self.positions.rotate(q, offset), self.positions.rotate(k, offset)
+        if cache is not None:
+            if offset:
+                k, v = torch.cat((cache.k, k), dim=2), torch.cat((cache.v, v), dim=2)  # (B, h, offset+L, d_k)
+            cache.k, cache.v = k, v
+        length = x.size(1)
+        is_causal = causal and length > 1 and offset == 0
+        if causal and length > 1 and offset:  # a block of new tokens after cached ones
+            mask = torch.ones(length, offset + length, dtype=torch.bool, device=x.device).tril(offset)
+        return self.attend(q, k, v, mask, is_causal)
+
+
+class CrossAttention(Attention):
+    """Attention of the decoder to the encoder's output (§3.2.3); the memory's k and v are cached once."""
+
+    def __init__(self, d_model: int, heads: int, d_k: int, scaling: AttentionScaling, dropout: float):
+        super().__init__(d_model, heads, d_k, scaling, dropout)
+        self.w_q = nn.Linear(d_model, heads * d_k)
+        self.w_kv = nn.Linear(d_model, 2 * heads * d_k)
+
+    def forward(self, x: Tensor, memory: Tensor, mask: Tensor | None, cache: KV | None = None) -> Tensor:
+        """x: (B, L, d_model); memory: (B, S, d_model); mask: (B, 1, 1, S) bool."""
+        q = self.split_heads(self.w_q(x))  # (B, h, L, d_k)
+        if cache is not None and cache.k is not None:
+            k, v = cache.k, cache.v
+        else:
+            k, v = (self.split_heads(t) for t in self.w_kv(memory).chunk(2, dim=-1))  # (B, h, S, d_k) each
+            if cache is not None:
+                cache.k, cache.v = k, v
+        return self.attend(q, k, v, mask)

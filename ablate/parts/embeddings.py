@@ -1,0 +1,88 @@
+"""Token embeddings and the output projection (§3.4): their scale, and which of them share weights."""
+
+from __future__ import annotations
+
+import math
+
+from torch import Tensor, nn
+
+from ablate.registry import Part, slot
+
+
+class EmbeddingScale(Part, nn.Module):
+    """Base: the factor token embeddings are multiplied by before positions are added."""
+
+    def __init__(self, d_model: int):
+        super().__init__()
+        self.d_model = d_model
+
+
+EMBEDDING_SCALE = slot("embedding_scale", EmbeddingScale, "what token embeddings are multiplied by")
+
+
+@EMBEDDING_SCALE.register("sqrt_dmodel")
+class SqrtDmodelScale(EmbeddingScale):
+    """Embeddings times sqrt(d_model), the paper's (§3.4)."""
+
+    def forward(self, x: Tensor) -> Tensor:
+        return x * math.sqrt(self.d_model)
+
+
+@EMBEDDING_SCALE.register("none")
+class NoScale(EmbeddingScale):
+    """Embeddings as they are."""
+
+    def forward(self, x: Tensor) -> Tensor:
+        return x
+
+
+def embedding(vocab: int, d_model: int, pad_id: int) -> nn.Embedding:
+    table = nn.Embedding(vocab, d_model, padding_idx=pad_id)
+    nn.init.normal_(table.weight, std=d_model**-0.5)  # times sqrt(d_model), unit variance
+    table.weight.data[pad_id].zero_()
+    return table
+
+
+class Embeddings(Part, nn.Module):
+    """Base: the source and target embeddings and the pre-softmax projection (`output`), tied or not."""
+
+    joint_vocabulary: bool = False  # whether source and target must share one vocabulary
+
+    def __init__(self, src_vocab: int, tgt_vocab: int, d_model: int, pad_id: int):
+        super().__init__()
+        self.source = embedding(src_vocab, d_model, pad_id)
+        self.target = embedding(tgt_vocab, d_model, pad_id)
+        self.output = nn.Linear(d_model, tgt_vocab, bias=False)
+
+
+TYING = slot("tying", Embeddings, "which of the embeddings and the output projection share one matrix")
+
+
+@TYING.register("none")
+class Untied(Embeddings):
+    """Three separate matrices: source embedding, target embedding, output projection."""
+
+
+@TYING.register("decoder")
+class DecoderTied(Embeddings):
+    """The target embedding is the output projection's weight (Press & Wolf 2017); the source has its own."""
+
+    def __init__(self, src_vocab: int, tgt_vocab: int, d_model: int, pad_id: int):
+        super().__init__(src_vocab, tgt_vocab, d_model, pad_id)
+        self.output.weight = self.target.weight
+
+
+@TYING.register("all")
+class AllTied(Embeddings):
+    """One matrix for source embedding, target embedding and output projection, over a joint vocabulary (§3.4)."""
+
+    joint_vocabulary = True
+
+    def __init__(self, src_vocab: int, tgt_vocab: int, d_model: int, pad_id: int):
+        if src_vocab != tgt_vocab:
+            raise ValueError(
+                f"tying 'all' needs one joint vocabulary, got {src_vocab} source and {tgt_vocab} target tokens"
+            )
+        super().__init__(src_vocab, tgt_vocab, d_model, pad_id)
+        self.target = self.source
+        self.output.weight = self.source.weight

@@ -1,0 +1,181 @@
+"""The registry: one slot per ablation axis, each holding parts registered by name.
+
+A part is a class registered with a decorator. It carries its own pydantic `Params`
+model, so both `positions: learned` and `positions: {name: learned, max_len: 512}`
+validate, and the slot is where a spec's name for a part becomes the class that builds it:
+
+    @POSITIONS.register("learned")
+    class LearnedPositions(Positions):
+        class Params(PartParams):
+            max_len: PositiveInt = 1024
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, ClassVar, Generic, TypeVar
+
+from pydantic import BaseModel, ConfigDict, GetCoreSchemaHandler, GetJsonSchemaHandler, ValidationError
+from pydantic_core import core_schema
+
+from ablate.errors import Issue, SpecValueError, did_you_mean, issues_from
+
+T = TypeVar("T")
+
+
+class PartParams(BaseModel):
+    """A part's own parameters. Parts without any keep this empty model."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+
+class Part:
+    """What every registered class gets: its name, its slot and its parameters model."""
+
+    Params: ClassVar[type[PartParams]] = PartParams
+    name: ClassVar[str] = ""
+    slot: ClassVar[str] = ""
+
+    @classmethod
+    def check(cls, params: PartParams, *, d_model: int, heads: int, d_k: int, d_ff: int) -> None:
+        """Raises SpecValueError when this part cannot work with the model's dimensions."""
+
+    @classmethod
+    def description(cls) -> str:
+        doc = inspect.getdoc(cls) or ""
+        return doc.splitlines()[0] if doc else ""
+
+
+@dataclass(frozen=True)
+class PartSpec:
+    """A validated choice for one slot: the part's name and its parameters."""
+
+    slot: str
+    name: str
+    params: PartParams
+
+    @property
+    def cls(self) -> type[Part]:
+        return REGISTRY[self.slot][self.name]
+
+    def non_default_params(self) -> dict[str, Any]:
+        defaults = type(self.params)()
+        return {k: v for k, v in self.params if getattr(defaults, k) != v}
+
+    def dump(self) -> str | dict[str, Any]:
+        """The YAML form: the bare name when every parameter has its default."""
+        changed = self.non_default_params()
+        return {"name": self.name, **changed} if changed else self.name
+
+    def __str__(self) -> str:
+        changed = self.non_default_params()
+        args = ", ".join(f"{k}={v}" for k, v in changed.items())
+        return f"{self.name}({args})" if args else self.name
+
+
+class Slot(Generic[T]):
+    """One ablation axis: the parts that may fill it, all subclasses of `base`."""
+
+    def __init__(self, name: str, base: type[T], description: str):
+        self.name = name
+        self.base = base
+        self.description = description
+        self.parts: dict[str, type[T]] = {}
+
+    def register(self, name: str) -> Callable[[type[T]], type[T]]:
+        """Class decorator: makes the class the part `name` of this slot."""
+
+        def add(cls: type[T]) -> type[T]:
+            if name in self.parts:
+                raise ValueError(f"{self.name}: a part named '{name}' is already registered ({self.parts[name]!r})")
+            if not (isinstance(cls, type) and issubclass(cls, self.base)):
+                raise TypeError(f"{self.name}: part '{name}' must subclass {self.base.__name__}, got {cls!r}")
+            if not issubclass(cls.Params, PartParams):
+                raise TypeError(f"{self.name}: {cls.__name__}.Params must subclass PartParams")
+            cls.name, cls.slot = name, self.name
+            self.parts[name] = cls
+            return cls
+
+        return add
+
+    def __getitem__(self, name: str) -> type[T]:
+        if name not in self.parts:
+            raise SpecValueError(
+                f"unknown {self.name} '{name}'{did_you_mean(name, self.parts)} (registered: {', '.join(self.parts)})"
+            )
+        return self.parts[name]
+
+    def __iter__(self):
+        return iter(self.parts.values())
+
+    def build(self, spec: PartSpec, **dims: Any) -> T:
+        """Instantiates the chosen part with the dimensions its slot passes and its own parameters."""
+        if spec.slot != self.name:
+            raise ValueError(f"a {spec.slot} part cannot fill the {self.name} slot")
+        return self[spec.name](**dims, **dict(spec.params))
+
+    def parse(self, value: Any) -> PartSpec:
+        """`name` or `{name: ..., param: value}` -> PartSpec, with errors a person can act on."""
+        if isinstance(value, PartSpec):
+            if value.slot != self.name:
+                raise SpecValueError(f"a {value.slot} part cannot fill the {self.name} slot")
+            return value
+        if isinstance(value, str):
+            name, raw = value, {}
+        elif isinstance(value, dict):
+            if "name" not in value:
+                raise SpecValueError(f"a mapping for {self.name} needs a 'name' (registered: {', '.join(self.parts)})")
+            name, raw = value["name"], {k: v for k, v in value.items() if k != "name"}
+            if not isinstance(name, str):
+                raise SpecValueError(f"expected a part name, got {name!r}", ("name",))
+        else:
+            raise SpecValueError(f"expected a part name or a mapping with 'name', got {value!r}")
+        cls = self[name]
+        try:
+            params = cls.Params.model_validate(raw)
+        except ValidationError as error:
+            issues = issues_from(error, cls.Params)
+            if not cls.Params.model_fields:
+                issues = [Issue(issue.loc, f"{self.name} '{name}' takes no parameters") for issue in issues]
+            raise SpecValueError.many(issues) from None
+        return PartSpec(self.name, name, params)
+
+    def json_schema(self) -> dict[str, Any]:
+        forms: list[dict[str, Any]] = [{"enum": list(self.parts)}]
+        for name, cls in self.parts.items():
+            params = cls.Params.model_json_schema()
+            forms.append(
+                {
+                    "type": "object",
+                    "description": cls.description(),
+                    "properties": {"name": {"const": name}, **params.get("properties", {})},
+                    "required": ["name"],
+                    "additionalProperties": False,
+                }
+            )
+        return {"description": self.description, "anyOf": forms}
+
+    # pydantic hooks: `Annotated[PartSpec, SLOT]` validates with `parse` and documents
+    # the parts registered when the schema is asked for, plugins included.
+    def __get_pydantic_core_schema__(self, source: Any, handler: GetCoreSchemaHandler) -> core_schema.CoreSchema:
+        return core_schema.no_info_plain_validator_function(
+            self.parse, serialization=core_schema.plain_serializer_function_ser_schema(PartSpec.dump)
+        )
+
+    def __get_pydantic_json_schema__(self, schema: core_schema.CoreSchema, handler: GetJsonSchemaHandler) -> dict:
+        return self.json_schema()
+
+
+REGISTRY: dict[str, Slot] = {}
+
+
+def slot(name: str, base: type[T], description: str) -> Slot[T]:
+    """Declares an ablation axis. Each axis is declared once, beside its base class."""
+    if not issubclass(base, Part):
+        raise TypeError(f"slot '{name}': the base class {base.__name__} must subclass Part")
+    if name in REGISTRY:
+        raise ValueError(f"slot '{name}' is already declared")
+    REGISTRY[name] = Slot(name, base, description)
+    return REGISTRY[name]

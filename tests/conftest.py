@@ -1,0 +1,42 @@
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from ablate.model import build_model
+from ablate.spec import ModelSpec
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def tiny_spec(**changes) -> ModelSpec:
+    """A model small enough for exact checks in milliseconds; `changes` as in YAML."""
+    base = dict(d_model=32, heads=4, d_ff=64, encoder_layers=2, decoder_layers=2, dropout=0.0, tying="none")
+    return ModelSpec.model_validate(base | changes)
+
+
+def tiny_model(vocab: int = 50, **changes):
+    torch.manual_seed(0)
+    return build_model(tiny_spec(**changes), vocab, vocab).eval()
+
+
+def cli(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
+    """Runs `ablate ARGS` as a user types it."""
+    return subprocess.run(
+        [sys.executable, "-m", "ablate.cli", *args], cwd=cwd, capture_output=True, text=True, timeout=300
+    )
+
+
+@pytest.fixture
+def write(tmp_path):
+    """write('name.yaml', text) -> path, in a fresh directory."""
+
+    def write(name: str, text: str) -> Path:
+        path = tmp_path / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+        return path
+
+    return write

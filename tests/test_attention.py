@@ -1,0 +1,83 @@
+"""Attention and its scaling parts against the formula softmax(s * q.k^T) v, written out by hand."""
+
+import math
+
+import pytest
+import torch
+
+from ablate.parts.attention import SCALING, CrossAttention, SelfAttention
+from ablate.parts.positions import POSITIONS
+
+D, H = 32, 4
+D_K = 8
+
+
+def self_attention(scaling: str, d_k: int = D_K) -> SelfAttention:
+    torch.manual_seed(0)
+    part = SCALING.build(SCALING.parse(scaling), d_model=D, heads=H, d_k=d_k)
+    none = POSITIONS.build(POSITIONS.parse("none"), d_model=D)
+    return SelfAttention(D, H, d_k, part, dropout=0.0, positions=none).eval()
+
+
+def by_hand(attn: SelfAttention, x: torch.Tensor, scale, normalise: bool = False) -> torch.Tensor:
+    B, L, _ = x.shape
+    q, k, v = (x @ attn.w_qkv.weight.T + attn.w_qkv.bias).split(H * attn.d_k, dim=-1)
+    q, k, v = (t.reshape(B, L, H, attn.d_k).transpose(1, 2) for t in (q, k, v))  # (B, h, L, d_k)
+    if normalise:
+        q, k = q / q.norm(dim=-1, keepdim=True), k / k.norm(dim=-1, keepdim=True)
+    weights = torch.softmax((q @ k.transpose(-1, -2)) * scale, dim=-1)
+    out = (weights @ v).transpose(1, 2).reshape(B, L, H * attn.d_k)
+    return out @ attn.w_o.weight.T + attn.w_o.bias
+
+
+@pytest.mark.parametrize(
+    "scaling, scale",
+    [
+        ("sqrt_dk", 1 / math.sqrt(D_K)),
+        ("sqrt_dmodel", 1 / math.sqrt(D)),  # the tutorial bug: sqrt(h) = 2 times smaller than sqrt_dk here
+        ("none", 1.0),
+    ],
+)
+def test_fixed_scalings_equal_the_formula(scaling, scale):
+    attn = self_attention(scaling)
+    x = torch.randn(2, 5, D)
+    with torch.no_grad():
+        torch.testing.assert_close(attn(x), by_hand(attn, x, scale), atol=1e-5, rtol=1e-5)
+
+
+def test_sqrt_dk_follows_d_k_not_d_model():
+    attn = self_attention("sqrt_dk", d_k=16)  # Table 3 row B: d_k set apart from d_model / h
+    x = torch.randn(2, 5, D)
+    with torch.no_grad():
+        torch.testing.assert_close(attn(x), by_hand(attn, x, 1 / 4), atol=1e-5, rtol=1e-5)
+    assert attn.w_qkv.out_features == 3 * H * 16
+
+
+def test_qk_norm_is_cosine_similarity_times_learned_scale():
+    attn = self_attention({"name": "qk_norm", "init_scale": 3.0})
+    with torch.no_grad():
+        attn.scaling.g.copy_(torch.tensor([1.0, 2.0, 3.0, 4.0])[:, None, None])
+    x = torch.randn(2, 5, D)
+    scale = attn.scaling.g.detach()  # (h, 1, 1): per head
+    with torch.no_grad():
+        torch.testing.assert_close(attn(x), by_hand(attn, x, scale, normalise=True), atol=1e-5, rtol=1e-5)
+    assert {n for n, _ in attn.named_parameters()} >= {"scaling.g"}
+
+
+def test_causal_self_attention_equals_masked_formula():
+    attn = self_attention("sqrt_dk")
+    x = torch.randn(2, 5, D)
+    with torch.no_grad():
+        full = attn(x, causal=True)
+        for t in range(5):  # position t sees positions <= t only
+            torch.testing.assert_close(full[:, t], attn(x[:, : t + 1])[:, t], atol=1e-5, rtol=1e-5)
+
+
+def test_cross_attention_reads_memory_through_key_mask():
+    torch.manual_seed(0)
+    part = SCALING.build(SCALING.parse("sqrt_dk"), d_model=D, heads=H, d_k=D_K)
+    attn = CrossAttention(D, H, D_K, part, dropout=0.0).eval()
+    x, memory = torch.randn(1, 3, D), torch.randn(1, 6, D)
+    mask = torch.tensor([True, True, True, True, False, False])[None, None, None, :]
+    with torch.no_grad():
+        torch.testing.assert_close(attn(x, memory, mask), attn(x, memory[:, :4], None), atol=1e-5, rtol=1e-5)
