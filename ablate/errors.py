@@ -24,12 +24,16 @@ class Issue:
         return dotted(self.loc) or "(top level)"
 
 
-class SpecError(Exception):
-    """A spec that cannot be used: one line per problem, `FILE: dotted.key: what is wrong`."""
+class UserError(Exception):
+    """Bad input the user can fix (a spec, a corpus file, a flag): shown as lines, never as a traceback."""
 
-    def __init__(self, lines: Sequence[str]):
-        self.lines = list(lines)
+    def __init__(self, lines: Sequence[str] | str):
+        self.lines = [lines] if isinstance(lines, str) else list(lines)
         super().__init__("\n".join(self.lines))
+
+
+class SpecError(UserError):
+    """A spec that cannot be used: one line per problem, `FILE: dotted.key: what is wrong`."""
 
     @classmethod
     def at(cls, file: Path | str | None, issues: Iterable[Issue], context: str = "") -> SpecError:

@@ -7,13 +7,24 @@ parts registered in its slot.
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PositiveInt, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    NonNegativeFloat,
+    NonNegativeInt,
+    PositiveFloat,
+    PositiveInt,
+    model_validator,
+)
 
+from ablate.data.corpus import CORPUS
 from ablate.errors import SpecValueError
 from ablate.parts import EMBEDDING_SCALE, FEEDFORWARD, NORM, NORM_PLACEMENT, POSITIONS, SCALING, TYING
 from ablate.registry import PartSpec, Slot
+from ablate.schedules import SCHEDULE
 
 Probability = Annotated[float, Field(ge=0.0, lt=1.0)]
 
@@ -74,6 +85,7 @@ class ModelSpec(Section):
 
 
 PART_FIELDS = [name for name, f in ModelSpec.model_fields.items() if any(isinstance(m, Slot) for m in f.metadata)]
+"""The model's ablation axes; each field is named as its slot."""
 
 
 class TokenizerSpec(Section):
@@ -81,6 +93,67 @@ class TokenizerSpec(Section):
 
     vocab_size: PositiveInt = Field(37000, description="BPE vocabulary size (per language when not joint)")
     joint: bool = Field(True, description="one vocabulary shared by source and target")
+    min_frequency: PositiveInt = Field(2, description="merges seen fewer times than this are not learned")
+
+
+class DataSpec(Section):
+    """Which corpus, which direction, which splits."""
+
+    corpus: Annotated[PartSpec, CORPUS] = part(CORPUS, "multi30k")
+    source: str = Field("en", description="source language")
+    target: str = Field("de", description="target language")
+    train: str = Field("train", description="split to train (and learn the vocabulary) on")
+    valid: str = Field("val", description="split for validation loss and BLEU during training")
+    test: list[str] = Field(["test_2016_flickr"], min_length=1, description="splits scored after training")
+    data_dir: str | None = Field(None, description="where corpus files are; default $ABLATE_DATA_DIR or the cache")
+    max_pairs: PositiveInt | None = Field(None, description="use only the first N pairs of every split (for tests)")
+    max_len: PositiveInt = Field(128, description="training pairs longer than this many tokens are left out")
+
+    @model_validator(mode="after")
+    def _direction(self) -> DataSpec:
+        if self.source == self.target:
+            raise SpecValueError(f"source and target are both '{self.source}'", ("target",))
+        return self
+
+
+class TrainingSpec(Section):
+    """Optimisation: Adam with the paper's betas, a schedule, and when to stop, validate and save."""
+
+    schedule: Annotated[PartSpec, SCHEDULE] = part(SCHEDULE, "noam")
+    betas: tuple[float, float] = Field((0.9, 0.98), strict=False, description="Adam's beta1, beta2 (§5.3)")
+    eps: PositiveFloat = Field(1e-9, description="Adam's epsilon (§5.3)")
+    weight_decay: NonNegativeFloat = Field(0.0, description="decoupled weight decay (AdamW) when above 0")
+    label_smoothing: Probability = Field(0.1, description="epsilon_ls (§5.4)")
+    clip_norm: PositiveFloat | None = Field(None, description="clip the gradient's global norm to this")
+    max_tokens: PositiveInt = Field(4096, description="tokens a batch, padding included, on the longer side")
+    batch_tokens: PositiveInt | None = Field(None, description="accumulate batches until this many target tokens")
+    max_steps: PositiveInt | None = Field(None, description="stop after this many optimizer steps")
+    max_epochs: PositiveInt | None = Field(None, description="stop after this many passes over the data")
+    validate_every: PositiveInt | None = Field(None, description="validation loss and BLEU every N steps (and at end)")
+    valid_bleu_pairs: NonNegativeInt = Field(200, description="validation pairs decoded for BLEU; 0 for loss only")
+    checkpoint_every: PositiveInt | None = Field(None, description="save a checkpoint every N steps (and at end)")
+    seed: int = Field(1, description="seeds model init, dropout and batch order")
+    device: str = Field("auto", description="auto (a GPU when there is one), cpu, cuda, cuda:N")
+    precision: Literal["auto", "fp32", "bf16"] = Field("auto", description="auto: bf16 autocast on CUDA, fp32 on CPU")
+    diverge_loss: PositiveFloat = Field(
+        1e3, description="a training loss above this (or NaN/inf) ends the run as diverged"
+    )
+
+    @model_validator(mode="after")
+    def _stops(self) -> TrainingSpec:
+        if self.max_steps is None and self.max_epochs is None:
+            raise SpecValueError("set max_steps or max_epochs: training needs a point to stop", ("max_steps",))
+        return self
+
+
+class EvaluationSpec(Section):
+    """Decoding and scoring of the test splits (beam search with the paper's settings, §6.1)."""
+
+    beam_size: PositiveInt = Field(4, description="1 decodes greedily")
+    length_penalty: NonNegativeFloat = Field(0.6, description="alpha of the GNMT length penalty")
+    max_extra_len: NonNegativeInt = Field(50, description="output at most source length + this many tokens")
+    batch_size: PositiveInt = Field(100, description="sentences decoded together")
+    lowercase: bool = Field(False, description="lowercased BLEU, to compare with papers that report it")
 
 
 class RunSpec(Section):
@@ -88,6 +161,9 @@ class RunSpec(Section):
 
     model: ModelSpec = Field(default_factory=ModelSpec)
     tokenizer: TokenizerSpec = Field(default_factory=TokenizerSpec)
+    data: DataSpec = Field(default_factory=DataSpec)
+    training: TrainingSpec = Field(default_factory=lambda: TrainingSpec(max_steps=100_000))
+    evaluation: EvaluationSpec = Field(default_factory=EvaluationSpec)
 
     @model_validator(mode="after")
     def _joint_vocabulary(self) -> RunSpec:

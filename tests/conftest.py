@@ -1,3 +1,4 @@
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -9,6 +10,16 @@ from ablate.model import build_model
 from ablate.spec import ModelSpec
 
 ROOT = Path(__file__).resolve().parents[1]
+
+# Tests read Multi30k from $ABLATE_DATA_DIR; CI sets it to ../shared/corpora, and so does this, when it is there.
+if not os.environ.get("ABLATE_DATA_DIR") and (ROOT.parent / "shared" / "corpora").is_dir():
+    os.environ["ABLATE_DATA_DIR"] = str(ROOT.parent / "shared" / "corpora")
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _cache(tmp_path_factory):
+    """Vocabularies are cached in a temporary directory, shared by the whole session."""
+    os.environ["ABLATE_CACHE_DIR"] = str(tmp_path_factory.mktemp("cache"))
 
 
 def tiny_spec(**changes) -> ModelSpec:

@@ -9,7 +9,7 @@ from tests.conftest import ROOT, cli
 def test_validate_lists_runs_differences_and_params():
     result = cli("validate", "experiments/pe.yaml", "experiments/heads.yaml")
     assert result.returncode == 0, result.stderr
-    for expected in ["pe (4 runs)", "learned", "positions=learned", "heads=8, d_k=32", "7,577,600"]:
+    for expected in ["pe (4 runs)", "learned", "positions=learned", "heads=8, d_k=32", "5,489,664"]:
         assert expected in result.stdout
 
 

@@ -5,9 +5,10 @@ import torch
 import torch.nn.functional as F
 
 from ablate.registry import REGISTRY
+from ablate.spec import PART_FIELDS
 from tests.conftest import tiny_model
 
-ALL_PARTS = [(slot.name, name) for slot in REGISTRY.values() for name in slot.parts]
+ALL_PARTS = [(slot, name) for slot in PART_FIELDS for name in REGISTRY[slot].parts]
 V = 50
 
 

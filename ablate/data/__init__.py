@@ -1,0 +1,1 @@
+"""Data: corpora, subword vocabularies and token-based batches."""

@@ -1,0 +1,214 @@
+"""Parallel corpora, registered by name. Files are read from a data directory, downloaded and checked once.
+
+The data directory is, in order: the spec's `data.data_dir`, the environment's `ABLATE_DATA_DIR`,
+or `~/.cache/ablate/data`. A corpus keeps its files in a folder of its own name inside it.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import os
+import shutil
+import tempfile
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from pathlib import Path
+from typing import ClassVar
+
+from pydantic import Field
+
+from ablate.errors import UserError
+from ablate.registry import Part, PartParams, slot
+
+
+class CorpusError(UserError):
+    """A missing, corrupt or mismatched corpus file."""
+
+
+def data_dir(configured: str | None = None) -> Path:
+    if configured:
+        return Path(configured).expanduser()
+    if os.environ.get("ABLATE_DATA_DIR"):
+        return Path(os.environ["ABLATE_DATA_DIR"]).expanduser()
+    return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "ablate" / "data"
+
+
+class Corpus(Part):
+    """Base: sentence-aligned text, one file per split and language."""
+
+    def __init__(self, root: Path):
+        self.root = root
+
+    def languages(self) -> list[str]:
+        raise NotImplementedError
+
+    def splits(self) -> list[str]:
+        raise NotImplementedError
+
+    def path(self, split: str, language: str) -> Path:
+        """The file of one side of a split, present and verified."""
+        raise NotImplementedError
+
+    def check(self, split: str, source: str, target: str) -> None:
+        for language in (source, target):
+            if language not in self.languages():
+                raise CorpusError(f"corpus '{self.name}': no language '{language}' (has {', '.join(self.languages())})")
+        if split not in self.splits():
+            raise CorpusError(f"corpus '{self.name}': no split '{split}' (has {', '.join(self.splits())})")
+
+    def read(self, split: str, source: str, target: str) -> list[tuple[str, str]]:
+        """Sentence pairs of a split; both sides must have the same number of lines."""
+        self.check(split, source, target)
+        src_path, tgt_path = self.path(split, source), self.path(split, target)
+        src, tgt = read_lines(src_path), read_lines(tgt_path)
+        if len(src) != len(tgt):
+            raise CorpusError(
+                f"{src_path}: {len(src)} lines, but {tgt_path} has {len(tgt)}: "
+                "a parallel corpus needs one line per pair"
+            )
+        return list(zip(src, tgt, strict=True))
+
+
+CORPUS = slot("corpus", Corpus, "the parallel corpus to train and test on")
+
+
+def read_lines(path: Path) -> list[str]:
+    opener: Callable = gzip.open if path.suffix == ".gz" else open
+    try:
+        with opener(path, "rt", encoding="utf-8") as f:
+            return [line.rstrip("\n").rstrip("\r") for line in f]
+    except (OSError, EOFError, UnicodeDecodeError) as error:
+        raise CorpusError(f"{path}: cannot read: {error}") from None
+
+
+def sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+MULTI30K_URL = "https://raw.githubusercontent.com/multi30k/dataset/a3d2e0d/data/task1/raw/{name}"
+MULTI30K_SHA256 = {  # data/task1/raw of github.com/multi30k/dataset at commit a3d2e0d
+    "test_2016_flickr.cs.gz": "200a4a74cc9560f051924abb9803be008d1908d77f747e9141aeb86dfd2797f1",
+    "test_2016_flickr.de.gz": "9204244e408ccb38d2a55cfcd344df15005fc42a07a6e55ca6c52b6ababb8cc8",
+    "test_2016_flickr.en.gz": "611d361c6334bc7246101d48097c13cf5c4413c5befc793cc629934359d532d9",
+    "test_2016_flickr.fr.gz": "6d326e188d259fb1d04ac19eae3af956559b3a0b93d7635e56c90987c40c8b90",
+    "test_2017_flickr.de.gz": "a2c89666db00c495cd8513b9d708d5a3acc205d7de312ef2bf5fb7ebc1540aee",
+    "test_2017_flickr.en.gz": "76a444ee25172e72695cddb13ae4a3bda59430617be88e0bb46b60504f054074",
+    "test_2017_flickr.fr.gz": "3ba671ceb2299f3304ffafefea7a833d08632fbaf0ba18546f8a2ec2391af496",
+    "test_2017_mscoco.de.gz": "799e4854c25d601cb6cb6be29eabe5667734c61ace2f495e03e429031a0bc338",
+    "test_2017_mscoco.en.gz": "aab300bfb4427697987e02cd0aacd44bfe8aa50456231b6474c08038bbed2b58",
+    "test_2017_mscoco.fr.gz": "754f3072ba9f124569ba5258b32730fc1d214bbf8e0c6dfb2b74401676220db0",
+    "test_2018_flickr.cs.gz": "7d0a9db904f94c554a8c58049a9f3a5357c27f46cc3d710d70cb0b4a2585b8c2",
+    "test_2018_flickr.de.gz": "ddd0130c7d97482dc5197a02141dae8dd79f20f03586c480d675c09a32daf608",
+    "test_2018_flickr.en.gz": "ef4f4844037d4c5dea75c9a8ed5fd78905967a26f67c255e230cc9780032654d",
+    "test_2018_flickr.fr.gz": "fb2b83fcceb937a4f7e3e93c1c51c22aba92f1e342391e6b5ba392b16a920501",
+    "train.cs.gz": "a65adb8b32e3bc664f21ecba7a6e7f6950fd1f405e135f7c312faabdb6255077",
+    "train.de.gz": "726e39b2fa9eb9ffb6dc763fb35a179f80fae06ffc5d28b6ace5faa883de28a6",
+    "train.en.gz": "d79cfa999dd4c51d2cb42499b6796d5a882c3a8a961923c25a898c90f8bbd56f",
+    "train.fr.gz": "622e75069e9f4c577425c4f277116ce66e63a2401c0a2312d90073cb12379a3c",
+    "val.cs.gz": "b63226e05c4bd5dd6a42897d74b86a1b9d2c31498252c572b1ea7f7996927fcc",
+    "val.de.gz": "f0cba2f995189cf5770f29a8a9a537a3ad3f51657ad873405082ff6863a5e75a",
+    "val.en.gz": "14f7d25ddd868909a9213e361768460edcacdd6ab9d1e77b92560dc10c10dc28",
+    "val.fr.gz": "ca3106f1a72390591d25f6c45cb4cd39dec4cd3f123e099748a3ce5256c160e9",
+}
+
+
+@CORPUS.register("multi30k")
+class Multi30k(Corpus):
+    """Multi30k task 1 (Elliott et al. 2016): image captions in en, de, fr, cs; 29,000 training pairs."""
+
+    LANGUAGES: ClassVar[list[str]] = ["en", "de", "fr", "cs"]
+    SPLITS: ClassVar[list[str]] = ["train", "val", "test_2016_flickr", "test_2017_flickr", "test_2017_mscoco",
+                                   "test_2018_flickr"]  # fmt: skip
+    _verified: ClassVar[set[Path]] = set()
+
+    def __init__(self, root: Path):
+        super().__init__(root / "multi30k")
+
+    def languages(self) -> list[str]:
+        return self.LANGUAGES
+
+    def splits(self) -> list[str]:
+        return self.SPLITS
+
+    def files(self) -> list[str]:
+        return list(MULTI30K_SHA256)
+
+    def path(self, split: str, language: str) -> Path:
+        name = f"{split}.{language}.gz"
+        if name not in MULTI30K_SHA256:
+            raise CorpusError(f"corpus 'multi30k': split '{split}' has no '{language}' side")
+        path = self.root / name
+        if not path.is_file():
+            self.download(name)
+        if path not in self._verified:
+            actual = sha256(path)
+            if actual != MULTI30K_SHA256[name]:
+                raise CorpusError(
+                    f"{path}: checksum mismatch (sha256 {actual[:12]}..., expected {MULTI30K_SHA256[name][:12]}...): "
+                    f"delete it and run `ablate data download multi30k`"
+                )
+            self._verified.add(path)
+        return path
+
+    def download(self, name: str) -> Path:
+        """Fetches one file into the data directory; a file that fails its checksum is never left behind."""
+        target = self.root / name
+        url = MULTI30K_URL.format(name=name)
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+            with tempfile.NamedTemporaryFile(dir=self.root, prefix=f".{name}.", delete=False) as tmp:
+                partial = Path(tmp.name)
+                with urllib.request.urlopen(url, timeout=60) as response:
+                    shutil.copyfileobj(response, tmp)
+        except (urllib.error.URLError, OSError, TimeoutError) as error:
+            if "partial" in locals():
+                partial.unlink(missing_ok=True)
+            raise CorpusError(
+                f"{target}: missing, and downloading {url} failed ({error}). Offline: copy the Multi30k raw files "
+                f"(data/task1/raw of github.com/multi30k/dataset) into {self.root}, or point ABLATE_DATA_DIR at a "
+                f"directory holding multi30k/"
+            ) from None
+        actual = sha256(partial)
+        if actual != MULTI30K_SHA256[name]:
+            partial.unlink(missing_ok=True)
+            raise CorpusError(f"{url}: downloaded file fails its checksum (sha256 {actual[:12]}...); nothing was kept")
+        partial.replace(target)  # atomic: the file is whole or absent
+        self._verified.add(target)
+        return target
+
+
+class FilesParams(PartParams):
+    paths: dict[str, dict[str, str]] = Field(
+        description="split -> language -> file (plain or .gz); relative paths are relative to the data directory"
+    )
+
+
+@CORPUS.register("files")
+class Files(Corpus):
+    """Your own parallel text: a file per split and language, one sentence a line, plain or .gz."""
+
+    Params = FilesParams
+
+    def __init__(self, root: Path, paths: dict[str, dict[str, str]]):
+        super().__init__(root)
+        self.paths = paths
+
+    def languages(self) -> list[str]:
+        return sorted({lang for sides in self.paths.values() for lang in sides})
+
+    def splits(self) -> list[str]:
+        return list(self.paths)
+
+    def path(self, split: str, language: str) -> Path:
+        if language not in self.paths.get(split, {}):
+            raise CorpusError(f"corpus 'files': split '{split}' has no '{language}' file")
+        path = self.root / Path(self.paths[split][language]).expanduser()
+        if not path.is_file():
+            raise CorpusError(f"{path}: no such file (data.corpus.paths.{split}.{language})")
+        return path

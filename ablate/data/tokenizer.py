@@ -1,0 +1,91 @@
+"""Subword vocabularies: BPE trained with `tokenizers` on the training split only, cached on disk.
+
+Text is split at spaces with a visible marker (Metaspace, as SentencePiece does) and at punctuation,
+so decoding gives back real text: what sacreBLEU scores is detokenised output, not token soup.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
+
+from ablate.spec import TokenizerSpec
+
+PAD, BOS, EOS, UNK = 0, 1, 2, 3
+SPECIALS = ["<pad>", "<s>", "</s>", "<unk>"]  # ids 0..3, in this order, in every vocabulary
+
+
+def cache_dir() -> Path:
+    if os.environ.get("ABLATE_CACHE_DIR"):
+        return Path(os.environ["ABLATE_CACHE_DIR"]).expanduser()
+    return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "ablate"
+
+
+class Vocabulary:
+    """A trained BPE model: text <-> ids."""
+
+    def __init__(self, tokenizer: Tokenizer):
+        self.tokenizer = tokenizer
+
+    def __len__(self) -> int:
+        return self.tokenizer.get_vocab_size()
+
+    def encode(self, texts: Sequence[str]) -> list[list[int]]:
+        return [e.ids for e in self.tokenizer.encode_batch(list(texts))]
+
+    def decode(self, ids: Sequence[Sequence[int]]) -> list[str]:
+        return self.tokenizer.decode_batch([list(i) for i in ids], skip_special_tokens=True)
+
+    @classmethod
+    def train(cls, texts: Iterable[str], vocab_size: int, min_frequency: int) -> Vocabulary:
+        tokenizer = Tokenizer(models.BPE(unk_token="<unk>"))
+        tokenizer.normalizer = normalizers.NFC()
+        tokenizer.pre_tokenizer = pre_tokenizers.Sequence(
+            [pre_tokenizers.Metaspace(), pre_tokenizers.Punctuation(behavior="isolated")]
+        )
+        tokenizer.decoder = decoders.Metaspace()
+        trainer = trainers.BpeTrainer(
+            vocab_size=vocab_size, min_frequency=min_frequency, special_tokens=SPECIALS, show_progress=False
+        )
+        tokenizer.train_from_iterator(texts, trainer)
+        return cls(tokenizer)
+
+    def save(self, path: Path) -> None:
+        tmp = path.with_name(f".{path.name}.tmp")
+        self.tokenizer.save(str(tmp))
+        tmp.replace(path)
+
+    @classmethod
+    def load(cls, path: Path) -> Vocabulary:
+        return cls(Tokenizer.from_file(str(path)))
+
+
+def vocabularies(
+    pairs: Sequence[tuple[str, str]], spec: TokenizerSpec, corpus_key: str
+) -> tuple[Vocabulary, Vocabulary]:
+    """Source and target vocabularies for the training pairs; the same object twice when joint.
+
+    Trained once, then loaded from the cache under a key of the corpus and the tokenizer settings.
+    """
+    key = hashlib.sha256(json.dumps([corpus_key, spec.model_dump()], sort_keys=True).encode()).hexdigest()[:16]
+    folder = cache_dir() / "tokenizers" / key
+    folder.mkdir(parents=True, exist_ok=True)
+    if spec.joint:
+        path = folder / "joint.json"
+        if not path.is_file():
+            texts = (text for pair in pairs for text in pair)
+            Vocabulary.train(texts, spec.vocab_size, spec.min_frequency).save(path)
+        joint = Vocabulary.load(path)
+        return joint, joint
+    out = []
+    for side, name in enumerate(("source", "target")):
+        path = folder / f"{name}.json"
+        if not path.is_file():
+            Vocabulary.train((p[side] for p in pairs), spec.vocab_size, spec.min_frequency).save(path)
+        out.append(Vocabulary.load(path))
+    return out[0], out[1]

@@ -1,0 +1,59 @@
+"""Translating a split and scoring it with sacreBLEU (corpus BLEU with its signature, and chrF)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+from sacrebleu.metrics import BLEU, CHRF
+
+from ablate.data.batches import pad
+from ablate.data.tokenizer import EOS, Vocabulary
+from ablate.decoding import translate_ids
+from ablate.model import Transformer
+
+
+@dataclass
+class Translation:
+    hypotheses: list[str]
+    seconds: float
+
+    @property
+    def sentences_per_second(self) -> float:
+        return len(self.hypotheses) / self.seconds if self.seconds > 0 else float("nan")
+
+
+def translate(
+    model: Transformer, sources: Sequence[str], src_vocab: Vocabulary, tgt_vocab: Vocabulary, *, beam_size: int,
+    alpha: float, max_extra_len: int, batch_size: int, device: torch.device, autocast: torch.autocast | None = None,
+) -> Translation:  # fmt: skip
+    """Detokenised translations of `sources`, in order; sentences of similar length are decoded together."""
+    was_training = model.training
+    model.eval()
+    ids = [[*s, EOS] for s in src_vocab.encode(sources)]
+    order = sorted(range(len(ids)), key=lambda i: len(ids[i]))
+    out: list[list[int]] = [[] for _ in ids]
+    start = time.perf_counter()
+    for first in range(0, len(order), batch_size):
+        chunk = order[first : first + batch_size]
+        src = pad([ids[i] for i in chunk]).to(device)
+        with autocast or torch.autocast(device.type, enabled=False):
+            for i, hyp in zip(chunk, translate_ids(model, src, beam_size, alpha, max_extra_len), strict=True):
+                out[i] = hyp
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    seconds = time.perf_counter() - start
+    model.train(was_training)
+    return Translation(tgt_vocab.decode(out), seconds)
+
+
+def score(hypotheses: Sequence[str], references: Sequence[str], lowercase: bool = False) -> dict[str, float | str]:
+    """Corpus BLEU (13a tokenisation) and chrF of detokenised text against the raw references."""
+    bleu = BLEU(lowercase=lowercase)
+    chrf = CHRF(lowercase=lowercase)
+    b = bleu.corpus_score(list(hypotheses), [list(references)])
+    c = chrf.corpus_score(list(hypotheses), [list(references)])
+    return {"bleu": round(b.score, 2), "chrf": round(c.score, 2), "bleu_signature": str(bleu.get_signature()),
+            "chrf_signature": str(chrf.get_signature())}  # fmt: skip

@@ -1,0 +1,81 @@
+"""`ablate run` end to end through the command line, on a slice of Multi30k."""
+
+import csv
+import json
+import math
+
+from tests.conftest import ROOT, cli
+
+COLUMNS = ["run", "differs", "params", "BLEU", "chrF", "train tok/s (src/tgt)", "step ms", "decode sent/s", "peak MiB",
+           "wall s", "status"]  # fmt: skip
+
+
+def test_smoke_writes_every_file_and_column(tmp_path):
+    result = cli("run", "experiments/smoke.yaml", "--results", str(tmp_path))
+    assert result.returncode == 0, result.stderr
+    root = tmp_path / "smoke"
+    for run in ["baseline", "pre_ln"]:
+        seed = root / "runs" / run / "seed-1"
+        for name in ["config.yaml", "metrics.jsonl", "result.json", "hypotheses/test_2016_flickr.txt"]:
+            assert (seed / name).is_file(), name
+        data = json.loads((seed / "result.json").read_text())
+        assert data["status"] == "completed"
+        for key in ["params", "train_src_tokens_per_s", "train_tgt_tokens_per_s", "step_ms", "decode_sentences_per_s",
+                    "peak_memory_mib", "wall_seconds", "valid_loss"]:  # fmt: skip
+            assert math.isfinite(data[key]) and data[key] > 0, key
+        assert data["device"].startswith("cpu") and data["torch"].startswith("2.13")
+        score = data["scores"]["test_2016_flickr"]
+        assert math.isfinite(score["bleu"]) and score["bleu_signature"].startswith("nrefs:1|case:mixed")
+        assert len((seed / "hypotheses" / "test_2016_flickr.txt").read_text().splitlines()) == 1000
+        log = [json.loads(line) for line in (seed / "metrics.jsonl").read_text().splitlines()]
+        assert [r["step"] for r in log if "loss" in r] == list(range(1, 151))
+        assert any("valid_bleu" in r for r in log)
+    with open(root / "summary.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert list(rows[0]) == COLUMNS
+    assert [r["run"] for r in rows] == ["baseline", "pre_ln"] and rows[1]["differs"] == "norm_placement=pre_ln"
+    assert "| run | differs | params | BLEU |" in (root / "summary.md").read_text()
+    assert "smoke" in result.stdout and "completed" in result.stdout
+
+
+def test_same_spec_and_seed_give_the_same_bleu(tmp_path, write):
+    path = write("det.yaml", f"name: det\nextends: {ROOT / 'experiments' / 'smoke.yaml'}\n")  # the baseline alone
+    runs = []
+    for name in ["a", "b"]:
+        result = cli("run", str(path), "--results", str(tmp_path / name))
+        assert result.returncode == 0, result.stderr
+        seed = tmp_path / name / "det" / "runs" / "baseline" / "seed-1"
+        runs.append((json.loads((seed / "result.json").read_text())["scores"],
+                     (seed / "hypotheses" / "test_2016_flickr.txt").read_text()))  # fmt: skip
+    assert runs[0] == runs[1]
+
+
+def test_divergence_and_failure_are_recorded_and_the_sweep_goes_on(tmp_path, write):
+    plugin = ROOT / "tests" / "fixtures" / "failing_part.py"
+    path = write(
+        "e.yaml",
+        f"""
+name: isolation
+extends: {ROOT / "experiments" / "smoke.yaml"}
+plugins: [{plugin}]
+training: {{max_steps: 30, validate_every: null}}
+variants:
+  explodes: {{training.schedule: {{name: constant, lr: 1.0e+4}}}}
+  breaks: {{model.feedforward: broken_on_purpose}}
+""",
+    )
+    result = cli("run", str(path), "--results", str(tmp_path))
+    assert result.returncode == 1
+    assert "isolation/breaks: RuntimeError: this part fails on purpose" in result.stderr
+    runs = tmp_path / "isolation" / "runs"
+    status = {
+        r: json.loads((runs / r / "seed-1" / "result.json").read_text()) for r in ["baseline", "explodes", "breaks"]
+    }
+    assert status["baseline"]["status"] == "completed"
+    assert status["explodes"]["status"] == "diverged" and "training loss" in status["explodes"]["error"]
+    assert "scores" not in status["explodes"]
+    assert status["breaks"]["status"] == "failed" and "Traceback" in status["breaks"]["traceback"]
+    with open(tmp_path / "isolation" / "summary.csv") as f:
+        rows = {r["run"]: r for r in csv.DictReader(f)}
+    assert rows["explodes"]["BLEU"] == "" and rows["explodes"]["status"] == "diverged"
+    assert rows["breaks"]["BLEU"] == "" and rows["breaks"]["status"] == "failed"

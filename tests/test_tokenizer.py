@@ -1,0 +1,40 @@
+"""BPE vocabularies: real text back out, trained once and cached."""
+
+import pytest
+
+from ablate.data import tokenizer as tokenizer_module
+from ablate.data.corpus import CORPUS, data_dir
+from ablate.data.tokenizer import BOS, EOS, PAD, UNK, vocabularies
+from ablate.spec import TokenizerSpec
+
+
+@pytest.fixture(scope="module")
+def pairs():
+    corpus = CORPUS.build(CORPUS.parse("multi30k"), root=data_dir())
+    return corpus.read("train", "en", "de"), corpus.read("test_2016_flickr", "en", "de")
+
+
+def test_round_trip_gives_back_the_raw_text(pairs):
+    train, test = pairs
+    src, tgt = vocabularies(train, TokenizerSpec(vocab_size=8000), "multi30k-en-de")
+    assert src is tgt and len(src) == 8000
+    for texts in ([p[0] for p in train], [p[1] for p in train], [p[1] for p in test]):
+        assert src.decode(src.encode(texts)) == texts
+    assert [src.tokenizer.id_to_token(i) for i in (PAD, BOS, EOS, UNK)] == ["<pad>", "<s>", "</s>", "<unk>"]
+
+
+def test_separate_vocabularies_and_cache(pairs, monkeypatch):
+    train, _ = pairs
+    spec = TokenizerSpec(vocab_size=3000, joint=False)
+    src, tgt = vocabularies(train[:5000], spec, "slice")
+    assert src is not tgt
+    assert "▁Männer" in tgt.tokenizer.get_vocab() and "▁Männer" not in src.tokenizer.get_vocab()
+
+    def no_training(*args, **kwargs):
+        raise AssertionError("trained again instead of loading from the cache")
+
+    monkeypatch.setattr(tokenizer_module.Vocabulary, "train", no_training)
+    again, _ = vocabularies(train[:5000], spec, "slice")
+    assert again.encode(["Zwei Männer"]) == src.encode(["Zwei Männer"])
+    with pytest.raises(AssertionError, match="trained again"):
+        vocabularies(train[:5000], spec, "another corpus")
