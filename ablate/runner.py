@@ -119,11 +119,12 @@ def train_and_evaluate(ctx: RunContext, reporter: Reporter, metrics: Path) -> di
 
     outcome = trainer.fit(data.train, on_step, on_validate, on_checkpoint if spec.training.checkpoint_every else None)
     step_times = outcome.step_times[1:] or outcome.step_times  # the first step pays for allocation and warm-up
+    stepping = sum(outcome.step_times)  # optimizer steps alone; validation and checkpoints not counted
     out |= {
         "status": outcome.status, "steps": outcome.steps, "epochs": round(outcome.epochs, 2),
         "train_seconds": round(outcome.train_seconds, 1),
-        "train_src_tokens_per_s": round(outcome.src_tokens / outcome.train_seconds, 1),
-        "train_tgt_tokens_per_s": round(outcome.tgt_tokens / outcome.train_seconds, 1),
+        "train_src_tokens_per_s": round(outcome.src_tokens / stepping, 1),
+        "train_tgt_tokens_per_s": round(outcome.tgt_tokens / stepping, 1),
         "step_ms": round(1000 * sum(step_times) / len(step_times), 1),
     }  # fmt: skip
     if outcome.status == "diverged":
