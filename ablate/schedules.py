@@ -37,17 +37,24 @@ class Noam(Schedule):
         return self.factor * self.d_model**-0.5 * min(step**-0.5, ramp)
 
 
-@SCHEDULE.register("inverse_sqrt")
-class InverseSqrt(Schedule):
-    """Linear warmup to lr, then lr * sqrt(warmup / step) (fairseq's inverse_sqrt)."""
+class WarmupParams(PartParams):
+    lr: PositiveFloat = 5e-4
+    warmup: NonNegativeInt = 4000
 
-    class Params(PartParams):
-        lr: PositiveFloat = 5e-4
-        warmup: NonNegativeInt = 4000
+
+class Warmup(Schedule):
+    """Shared by the schedules that ramp linearly to a peak `lr` over `warmup` steps."""
+
+    Params = WarmupParams
 
     def __init__(self, d_model: int, lr: float, warmup: int):
         super().__init__(d_model)
         self.lr, self.warmup = lr, warmup
+
+
+@SCHEDULE.register("inverse_sqrt")
+class InverseSqrt(Warmup):
+    """Linear warmup to lr, then lr * sqrt(warmup / step) (fairseq's inverse_sqrt)."""
 
     def __call__(self, step: int) -> float:
         if step < self.warmup:
@@ -56,16 +63,8 @@ class InverseSqrt(Schedule):
 
 
 @SCHEDULE.register("linear_warmup")
-class LinearWarmup(Schedule):
+class LinearWarmup(Warmup):
     """Linear warmup to lr over `warmup` steps, then constant."""
-
-    class Params(PartParams):
-        lr: PositiveFloat = 5e-4
-        warmup: NonNegativeInt = 4000
-
-    def __init__(self, d_model: int, lr: float, warmup: int):
-        super().__init__(d_model)
-        self.lr, self.warmup = lr, warmup
 
     def __call__(self, step: int) -> float:
         return self.lr * min(1.0, step / self.warmup) if self.warmup else self.lr
