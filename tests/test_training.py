@@ -1,0 +1,75 @@
+"""The training loop: accumulation is exact, checkpoints restore the trainer, schedules drive the lr."""
+
+import random
+
+import torch
+
+from ablate.data.batches import collate
+from ablate.data.tokenizer import BOS, EOS
+from ablate.model import build_model
+from ablate.runner import save_checkpoint
+from ablate.spec import TrainingSpec
+from ablate.training import Trainer
+from tests.conftest import tiny_spec
+
+V = 30
+
+
+def examples(n, seed=0):
+    rng = random.Random(seed)
+    out = []
+    for _ in range(n):
+        row = [rng.randrange(4, V) for _ in range(rng.randint(2, 9))]
+        out.append(([*row, EOS], [BOS, *reversed(row), EOS]))
+    return out
+
+
+def trainer(**training):
+    torch.manual_seed(0)
+    model = build_model(tiny_spec(), V, V)
+    spec = TrainingSpec.model_validate({"schedule": {"name": "constant", "lr": 1e-3}, "max_steps": 10} | training)
+    return Trainer(model, spec, 32, torch.device("cpu"))
+
+
+def test_accumulated_batches_give_the_gradient_of_one_big_batch():
+    data = examples(12)
+    grads = []
+    for batches in ([collate(data)], [collate(data[:5]), collate(data[5:])]):
+        t = trainer()
+        t.optimizer.step = lambda t=t: grads.append([p.grad.clone() for p in t.model.parameters()])
+        t.train_step(batches)
+    for g_one, g_two in zip(*grads, strict=True):
+        torch.testing.assert_close(g_one, g_two, atol=1e-6, rtol=1e-4)
+
+
+def test_batch_tokens_groups_batches_into_updates():
+    data = examples(200)
+    t = trainer(max_tokens=60, batch_tokens=150)
+    updates = t.updates(data, epoch=0)
+    assert sorted(i for update in updates for b in update for i in b) == list(range(200))
+    assert all(len(update) > 1 for update in updates[:-1])
+    for update in updates[:-1]:
+        assert sum(len(data[i][1]) - 1 for b in update for i in b) >= 150
+
+
+def test_checkpoint_restores_training_exactly(tmp_path):
+    data = examples(300)
+    straight = trainer(max_tokens=80, max_steps=12)
+    straight.fit(data)
+
+    first = trainer(max_tokens=80, max_steps=5)
+    first.fit(data)
+    save_checkpoint(tmp_path / "last.pt", first)
+    resumed = trainer(max_tokens=80, max_steps=12)
+    resumed.load_state_dict(torch.load(tmp_path / "last.pt", weights_only=False))
+    assert (resumed.step, resumed.epoch, resumed.position) == (5, first.epoch, first.position)
+    resumed.fit(data)
+    for p, q in zip(straight.model.parameters(), resumed.model.parameters(), strict=True):
+        torch.testing.assert_close(p, q)
+
+
+def test_schedule_sets_the_learning_rate_each_step():
+    t = trainer(schedule={"name": "noam", "warmup": 4})
+    seen = []
+    t.fit(examples(100), on_step=lambda p: seen.append(p.lr))
+    assert seen[:5] == [32**-0.5 * min(s**-0.5, s * 4**-1.5) for s in range(1, 6)]
