@@ -42,7 +42,7 @@ class SqrtDk(AttentionScaling):
 
 @SCALING.register("sqrt_dmodel")
 class SqrtDmodel(AttentionScaling):
-    """q.k / sqrt(d_model), the tutorial bug: logits sqrt(heads) times too small."""
+    """q.k / sqrt(d_model), the tutorial bug: with d_k = d_model / h, logits sqrt(h) times too small."""
 
     def forward(self, q: Tensor, k: Tensor) -> tuple[Tensor, Tensor, float]:
         return q, k, self.d_model**-0.5
