@@ -9,7 +9,7 @@ import math
 import time
 from collections.abc import Callable, Sequence
 from contextlib import nullcontext
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass
 from typing import Any
 
 import torch
@@ -17,6 +17,7 @@ import torch.nn.functional as F
 
 from ablate.data.batches import Batch, Example, batch_indices, collate
 from ablate.data.tokenizer import PAD
+from ablate.distributed import all_sum, any_rank
 from ablate.model import Transformer
 from ablate.schedules import SCHEDULE
 from ablate.spec import TrainingSpec
@@ -63,27 +64,48 @@ class Progress:
 
 @dataclass
 class Outcome:
-    status: str  # completed | diverged
+    status: str  # completed | diverged | interrupted
     steps: int
     epochs: float
-    train_seconds: float
-    src_tokens: int
-    tgt_tokens: int
-    step_times: list[float] = field(default_factory=list)
     reason: str = ""
 
 
-class Trainer:
-    """Runs optimizer steps over token-based batches, a fixed order per (seed, epoch)."""
+@dataclass
+class Totals:
+    """What training has cost so far, kept across restarts from a checkpoint."""
 
-    def __init__(self, model: Transformer, spec: TrainingSpec, d_model: int, device: torch.device):
+    src_tokens: int = 0
+    tgt_tokens: int = 0
+    step_seconds: float = 0.0  # optimizer steps alone; validation and checkpoints not counted
+    timed_steps: int = 0  # steps in `timed_seconds`: all but the first of each process, which pays for warm-up
+    timed_seconds: float = 0.0
+    train_seconds: float = 0.0  # wall time of fit, validation included
+
+
+class Trainer:
+    """Runs optimizer steps over token-based batches, a fixed order per (seed, epoch).
+
+    With `world` > 1 processes (see ablate.distributed), each rank trains on its slice of every batch
+    and the gradients are summed, so an update sees the same global batch as in one process.
+    """
+
+    def __init__(self, model: Transformer, spec: TrainingSpec, d_model: int, device: torch.device,
+                 rank: int = 0, world: int = 1):  # fmt: skip
         self.model, self.spec, self.device = model, spec, device
+        self.rank, self.world = rank, world
+        self.forward = model
+        if world > 1:
+            from torch.nn.parallel import DistributedDataParallel
+
+            self.forward = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
         params = [p for p in model.parameters() if p.requires_grad]
         adam = torch.optim.AdamW if spec.weight_decay > 0 else torch.optim.Adam
         self.optimizer = adam(params, lr=0.0, betas=spec.betas, eps=spec.eps, weight_decay=spec.weight_decay)
         self.schedule = SCHEDULE.build(spec.schedule, d_model=d_model)
         self.autocast = autocast(device, spec.precision)
-        self.step, self.epoch, self.position = 0, 0, 0  # position: batches of this epoch already used
+        self.step, self.epoch, self.position = 0, 0, 0  # position: updates of this epoch already made
+        self.totals = Totals()
+        self._since: float | None = None  # when fit last started counting train_seconds
 
     def updates(self, examples: Sequence[Example], epoch: int) -> list[list[list[int]]]:
         """The epoch's batches, grouped into optimizer updates of about `batch_tokens` target tokens."""
@@ -99,69 +121,112 @@ class Trainer:
                 current, tokens = [], 0
         return updates + ([current] if current else [])
 
-    def train_step(self, batches: list[Batch]) -> float:
-        """One optimizer update over `batches` (gradient accumulation); returns the loss a target token."""
+    def shard(self, batch: list[int]) -> tuple[list[int], float]:
+        """This rank's sentences of a batch and their weight; a rank left without any sees one, weighted 0."""
+        mine = batch[self.rank :: self.world]
+        return (mine, 1.0) if mine else (batch[:1], 0.0)
+
+    def train_step(self, batches: list[Batch], total_tokens: int | None = None,
+                   weights: Sequence[float] | None = None) -> float:  # fmt: skip
+        """One optimizer update over `batches` (gradient accumulation); returns the loss a target token.
+
+        Data-parallel, `batches` are this rank's shards, `total_tokens` the update's target tokens on
+        all ranks and `weights` 0 for a stand-in shard. DDP averages gradients over ranks, hence `world`.
+        """
         self.step += 1
         lr = self.schedule(self.step)
         for group in self.optimizer.param_groups:
             group["lr"] = lr
-        total = sum(b.tgt_tokens for b in batches)
+        total = total_tokens if total_tokens is not None else sum(b.tgt_tokens for b in batches)
+        weights = weights or [1.0] * len(batches)
         loss_sum = torch.zeros((), device=self.device)
-        for batch in batches:
-            with self.autocast:
-                loss, _ = loss_sums(self.model, batch.to(self.device), self.spec.label_smoothing)
-            (loss / total).backward()
-            loss_sum += loss.detach()
+        for i, (batch, weight) in enumerate(zip(batches, weights, strict=True)):
+            sync = self.world == 1 or i == len(batches) - 1  # gradients are all-reduced once an update
+            with nullcontext() if sync else self.forward.no_sync(), self.autocast:
+                loss, _ = loss_sums(self.forward, batch.to(self.device), self.spec.label_smoothing)
+            (loss * (weight * self.world / total)).backward()
+            loss_sum += loss.detach() * weight
         if self.spec.clip_norm is not None:
             torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.spec.clip_norm)
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
-        return (loss_sum / total).item()  # a CPU-GPU sync a step: divergence must be caught where it happens
+        return (all_sum(loss_sum) / total).item()  # a CPU-GPU sync a step: divergence must be caught where it happens
+
+    def done(self) -> bool:
+        """max_steps or max_epochs reached."""
+        spec = self.spec
+        return (spec.max_steps is not None and self.step >= spec.max_steps) or (
+            spec.max_epochs is not None and self.epoch >= spec.max_epochs
+        )
 
     def fit(self, examples: Sequence[Example], on_step: Callable[[Progress], None] | None = None,
-            on_validate: Callable[[int], None] | None = None,
-            on_checkpoint: Callable[[int], None] | None = None) -> Outcome:  # fmt: skip
-        """Trains until max_steps or max_epochs, from wherever the trainer's step, epoch and position are."""
-        spec = self.spec
+            on_validate: Callable[[int], None] | None = None, on_checkpoint: Callable[[int], None] | None = None,
+            should_stop: Callable[[], bool] | None = None) -> Outcome:  # fmt: skip
+        """Trains until max_steps or max_epochs, from wherever the trainer's step, epoch and position are.
+
+        `should_stop` is asked after every step; when it says so (on any rank), training stops with
+        status `interrupted`, after `on_checkpoint`.
+        """
+        spec, totals = self.spec, self.totals
         self.model.train()
-        src_tokens = tgt_tokens = 0
-        step_times: list[float] = []
-        start = time.perf_counter()
-        while True:
-            updates = self.updates(examples, self.epoch)
-            while self.position < len(updates):
-                batches = [collate([examples[i] for i in b]) for b in updates[self.position]]
-                self.position += 1
-                t0 = time.perf_counter()
-                loss = self.train_step(batches)
-                step_times.append(time.perf_counter() - t0)
-                n_src, n_tgt = sum(b.src_tokens for b in batches), sum(b.tgt_tokens for b in batches)
-                src_tokens, tgt_tokens = src_tokens + n_src, tgt_tokens + n_tgt
-                epochs = self.epoch + self.position / len(updates)
-                if on_step:
-                    lr = self.optimizer.param_groups[0]["lr"]
-                    on_step(Progress(self.step, self.epoch, loss, lr, step_times[-1], n_src, n_tgt))
-                if not math.isfinite(loss) or loss > spec.diverge_loss:
-                    return Outcome("diverged", self.step, epochs, time.perf_counter() - start, src_tokens,
-                                   tgt_tokens, step_times, f"training loss {loss:.4g} at step {self.step}")  # fmt: skip
-                last = spec.max_steps is not None and self.step >= spec.max_steps
-                if on_validate and spec.validate_every and self.step % spec.validate_every == 0 and not last:
-                    on_validate(self.step)
-                    self.model.train()
-                if on_checkpoint and spec.checkpoint_every and self.step % spec.checkpoint_every == 0:
-                    on_checkpoint(self.step)
-                if last:
-                    return Outcome("completed", self.step, epochs, time.perf_counter() - start, src_tokens,
-                                   tgt_tokens, step_times)  # fmt: skip
-            self.epoch, self.position = self.epoch + 1, 0
-            if spec.max_epochs is not None and self.epoch >= spec.max_epochs:
-                return Outcome("completed", self.step, float(self.epoch), time.perf_counter() - start, src_tokens,
-                               tgt_tokens, step_times)  # fmt: skip
+        self._since = time.perf_counter()
+        first = True
+        updates = self.updates(examples, self.epoch)
+        while not self.done():
+            if self.position >= len(updates):
+                self.epoch, self.position = self.epoch + 1, 0
+                updates = self.updates(examples, self.epoch)
+                continue
+            update = updates[self.position]
+            self.position += 1
+            shards = [self.shard(b) for b in update]
+            batches = [collate([examples[i] for i in indices]) for indices, _ in shards]
+            n_src = sum(len(examples[i][0]) for b in update for i in b)
+            n_tgt = sum(len(examples[i][1]) - 1 for b in update for i in b)
+            t0 = time.perf_counter()
+            loss = self.train_step(batches, n_tgt, [w for _, w in shards])
+            seconds = time.perf_counter() - t0
+            totals.src_tokens += n_src
+            totals.tgt_tokens += n_tgt
+            totals.step_seconds += seconds
+            if not first:
+                totals.timed_steps += 1
+                totals.timed_seconds += seconds
+            first = False
+            epochs = self.epoch + self.position / len(updates)
+            if on_step:
+                lr = self.optimizer.param_groups[0]["lr"]
+                on_step(Progress(self.step, self.epoch, loss, lr, seconds, n_src, n_tgt))
+            if not math.isfinite(loss) or loss > spec.diverge_loss:
+                self._count_time()
+                return Outcome("diverged", self.step, epochs, f"training loss {loss:.4g} at step {self.step}")
+            last = self.done()
+            if on_validate and spec.validate_every and self.step % spec.validate_every == 0 and not last:
+                on_validate(self.step)
+                self.model.train()
+            stop = should_stop is not None and any_rank(should_stop(), self.device)
+            if on_checkpoint and (stop or (spec.checkpoint_every and self.step % spec.checkpoint_every == 0)):
+                on_checkpoint(self.step)
+            if stop:
+                self._count_time()
+                return Outcome("interrupted", self.step, epochs, f"stopped at step {self.step}")
+        self._count_time()
+        epochs = self.epoch + (self.position / len(updates) if updates else 0.0)
+        return Outcome("completed", self.step, float(epochs))
+
+    def _count_time(self) -> None:
+        """Adds the wall time since fit started (or since the last count) to train_seconds."""
+        if self._since is not None:
+            now = time.perf_counter()
+            self.totals.train_seconds += now - self._since
+            self._since = now
 
     def state_dict(self) -> dict[str, Any]:
+        self._count_time()
         return {
             "model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(), "step": self.step,
-            "epoch": self.epoch, "position": self.position, "rng": torch.get_rng_state(),
+            "epoch": self.epoch, "position": self.position, "totals": asdict(self.totals),
+            "rng": torch.get_rng_state(),
             "cuda_rng": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
         }  # fmt: skip
 
@@ -169,6 +234,7 @@ class Trainer:
         self.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
         self.step, self.epoch, self.position = state["step"], state["epoch"], state["position"]
+        self.totals = Totals(**state.get("totals", {}))
         torch.set_rng_state(state["rng"])
         if state.get("cuda_rng") is not None and torch.cuda.is_available():
             torch.cuda.set_rng_state_all(state["cuda_rng"])
