@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import NoReturn
 
 from rich.console import Console
 from rich.table import Table
@@ -14,22 +16,45 @@ from rich.table import Table
 from ablate.errors import SpecError, UserError
 
 
+class Parser(argparse.ArgumentParser):
+    """argparse, with a bad flag reported in one line (`ablate run: --seeds: ...`), exit code 2."""
+
+    def error(self, message: str) -> NoReturn:
+        print(f"{self.prog}: {message} (see {self.prog} --help)", file=sys.stderr)
+        sys.exit(2)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="ablate", description="Architecture ablations of the translation Transformer."
-    )
+    parser = Parser(prog="ablate", description="Architecture ablations of the translation Transformer.")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     run = commands.add_parser("run", help="train and evaluate every run of experiment files")
     run.add_argument("files", nargs="+", metavar="FILE")
     _add_set(run)
-    run.add_argument(
-        "--results",
-        type=Path,
-        default=Path("results"),
-        metavar="DIR",
-        help="where results/<experiment>/ goes (default: ./results)",
-    )
+    run.add_argument("--results", type=Path, default=Path("results"), metavar="DIR",
+                     help="where results/<experiment>/ goes (default: ./results)")  # fmt: skip
+    run.add_argument("--seeds", type=_seeds, metavar="N|LIST",
+                     help="N: train each run with N seeds from training.seed on; or a list such as 1,2,3")  # fmt: skip
+    run.add_argument("--only", action="append", default=[], metavar="RUN",
+                     help="train only this run (repeatable, or comma-separated)")  # fmt: skip
+    run.add_argument("--fresh", action="store_true",
+                     help="start the planned runs over, deleting their earlier results and checkpoints")  # fmt: skip
+    run.add_argument("--dry-run", action="store_true", help="print the planned runs and train nothing")
+    run.add_argument("--device", choices=["auto", "cpu", "cuda"], default=None,
+                     help="auto: every visible GPU, else the CPU (default: training.device of the spec)")  # fmt: skip
+    run.add_argument("--gpus-per-run", type=int, default=1, metavar="K",
+                     help="GPUs of one run, data-parallel (DDP) when K > 1 (default 1)")  # fmt: skip
+    run.add_argument("--tensorboard", type=Path, default=None, metavar="DIR",
+                     help="also log curves for TensorBoard under DIR/<experiment>/<run>/seed-<n>")  # fmt: skip
+    run.add_argument("--launcher", choices=["local", "slurm", "submitit-local"], default="local",
+                     help="local: worker processes here; slurm: a Slurm job array through submitit; "
+                     "submitit-local: submitit's local executor (the slurm path without a cluster)")  # fmt: skip
+    run.add_argument("--partition", help="Slurm partition (default: slurm.partition of the experiment)")
+    run.add_argument("--time-min", type=int, metavar="MIN", help="Slurm time limit of one run, in minutes")
+    run.add_argument("--slurm", action="append", default=[], metavar="KEY=VALUE",
+                     help="a further sbatch option (repeatable): --slurm account=nlp --slurm qos=high")  # fmt: skip
+    run.add_argument("--no-wait", action="store_true",
+                     help="with slurm: submit and return; run the same command again to collect")  # fmt: skip
     run.set_defaults(handler=cmd_run)
 
     validate = commands.add_parser("validate", help="check experiment files and list their runs")
@@ -63,7 +88,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def console() -> Console:
     """Rich on a terminal; in a pipe or log, a wide plain console so tables keep one line per row."""
-    return Console() if sys.stdout.isatty() else Console(width=200, no_color=True)
+    return Console() if sys.stdout.isatty() else Console(width=320, no_color=True)
 
 
 def _add_set(parser: argparse.ArgumentParser) -> None:
@@ -111,25 +136,96 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from ablate.progress import Reporter
-    from ablate.runner import run_experiment
-    from ablate.summary import summary_frame
+    from ablate.experiment import parse_overrides
+    from ablate.runner import Interrupted, Options, sweep
+    from ablate.summary import display_frame, summary_frame
 
     experiments = _load_all(args.files, args.overrides)
+    only = [name for item in args.only for name in item.split(",") if name]
+    for experiment in experiments:
+        _check_only(experiment, only)
+    if args.tensorboard is not None and importlib.util.find_spec("tensorboard") is None:
+        raise UserError("--tensorboard: needs the tensorboard package: pip install 'ablate[tensorboard]'")
+    slurm = {key: value for key, value in (("partition", args.partition), ("time_min", args.time_min)) if value}
+    if args.slurm:
+        slurm["additional"] = {k.replace("-", "_"): v for k, v in parse_overrides(args.slurm, "--slurm").items()}
+    if args.gpus_per_run != 1:
+        slurm["gpus_per_run"] = args.gpus_per_run
+    options = Options(args.results, args.seeds, only, args.fresh, args.device, args.gpus_per_run, args.tensorboard,
+                      args.launcher, slurm, not args.no_wait)  # fmt: skip
     out = console()
+    if args.dry_run:
+        for experiment in experiments:
+            print_plan(out, experiment, options)
+        return 0
     failed = []
     for experiment in experiments:
-        out.print(
-            f"{experiment.path}: {experiment.name}, {len(experiment.runs)} runs -> {args.results / experiment.name}"
-        )
-        rows = run_experiment(experiment, args.results, Reporter(out))
-        print_table(out, f"{experiment.name}: {experiment.description}", summary_frame(rows))
-        out.print(f"written: {args.results / experiment.name / 'summary.md'} and summary.csv")
-        failed += [f"{experiment.name}/{r['run']}: {r.get('error', '')}" for r in rows if r["status"] == "failed"]
+        try:
+            rows = sweep(experiment, options, out)
+        except Interrupted:
+            print(f"interrupted: checkpoints saved; to resume, run the same command again: ablate run "
+                  f"{' '.join(args.files)} ...", file=sys.stderr)  # fmt: skip
+            return 130
+        if not rows:
+            continue  # a rank other than 0 under torchrun, or jobs left running on the cluster
+        print_table(out, f"{experiment.name}: {experiment.description}", display_frame(summary_frame(rows)))
+        out.print(f"written: {args.results / experiment.name / 'summary.md'} and summary.csv", highlight=False)
+        failed += [f"{experiment.name}/{r['run']}/seed-{r['seed']}: {r.get('error', '')}"
+                   for r in rows if r["status"] == "failed"]  # fmt: skip
     if failed:
         print("failed runs:\n  " + "\n  ".join(failed), file=sys.stderr)
         return 1
     return 0
+
+
+def _seeds(value: str) -> list[int] | int:
+    """`--seeds 3` (three seeds from training.seed on) or `--seeds 1,5,9`."""
+    try:
+        items = [int(v) for v in value.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of seeds or a list such as 1,2,3, got '{value}'") from None
+    if len(items) == 1:
+        if items[0] < 1:
+            raise argparse.ArgumentTypeError(f"expected at least 1 seed, got {items[0]}")
+        return items[0]
+    if len(set(items)) != len(items):
+        raise argparse.ArgumentTypeError(f"seeds repeat: {value}")
+    return items
+
+
+def _check_only(experiment, only: list[str]) -> None:
+    from ablate.errors import did_you_mean
+
+    names = [run.name for run in experiment.runs]
+    for name in only:
+        if name not in names:
+            raise UserError(
+                f"--only: {experiment.path} has no run '{name}'{did_you_mean(name, names)} (runs: {', '.join(names)})"
+            )
+
+
+def print_plan(out: Console, experiment, options) -> None:
+    """--dry-run: every planned job, what it changes, its size and what running it now would do."""
+    from ablate.model import parameter_count
+    from ablate.runner import plan
+
+    planned = plan(experiment, options.results, options.seeds, options.fresh, options.only)
+    table = Table(title=f"{experiment.path}: {experiment.name}, {len(planned)} job(s), nothing trained (--dry-run)",
+                  title_justify="left")  # fmt: skip
+    for column in ("run", "seed", "differs from the baseline", "params", "tokens a step", "steps", "would"):
+        table.add_column(column, justify="right" if column in ("params", "seed", "steps") else "left")
+    for p in planned:
+        spec = experiment.run(p.job.run).spec
+        vocab = spec.tokenizer.vocab_size
+        training = spec.training
+        tokens = (f"~{training.batch_tokens:,} target" if training.batch_tokens
+                  else f"<= {training.max_tokens:,} a side")  # fmt: skip
+        steps = f"{training.max_steps:,}" if training.max_steps else f"{training.max_epochs} epochs"
+        action = p.action + (f": {p.detail}" if p.detail else "")
+        table.add_row(p.job.run, str(p.job.seed), p.job.describe, f"{parameter_count(spec.model, vocab, vocab):,}",
+                      tokens, steps, action)  # fmt: skip
+    out.print(table)
+    out.print("  params at the nominal vocabulary size of tokenizer.vocab_size", highlight=False)
 
 
 def print_table(out: Console, title: str, frame) -> None:

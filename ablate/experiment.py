@@ -25,13 +25,27 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from ablate.errors import Issue, SpecError, dotted, issues_from, unknown_key
 from ablate.registry import PartSpec, Slot
 from ablate.spec import RunSpec
 
 RUN_NAME = re.compile(r"^[\w.=,+-]+$")
+
+
+class SlurmSpec(BaseModel):
+    """Where and how long the jobs of `--launcher slurm` run; flags of `ablate run` override these."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    partition: str | None = Field(None, description="the Slurm partition")
+    time_min: int = Field(240, gt=0, description="time limit of one job, in minutes")
+    gpus_per_run: int = Field(1, ge=0, description="GPUs of one run (data-parallel when above 1); 0 for CPU jobs")
+    cpus_per_run: int = Field(8, gt=0, description="CPU cores of one run")
+    mem_gb: int | None = Field(None, gt=0, description="memory of one run")
+    array_parallelism: int = Field(32, gt=0, description="jobs of the array running at once")
+    additional: dict[str, Any] = Field(default_factory=dict, description="further sbatch options: {account: x}")
 
 
 class Header(BaseModel):
@@ -45,6 +59,15 @@ class Header(BaseModel):
     plugins: list[str] = Field(default_factory=list, description="modules or .py files that register parts")
     variants: dict[str, dict[str, Any]] = Field(default_factory=dict, description="run name -> {dotted.key: value}")
     grid: dict[str, list[Any]] = Field(default_factory=dict, description="dotted.key -> values; every combination runs")
+    seeds: list[int] | None = Field(None, min_length=1, description="train every run once per seed (inherited)")
+    slurm: SlurmSpec | None = Field(None, description="Slurm settings for `ablate run --launcher slurm` (inherited)")
+
+    @field_validator("seeds")
+    @classmethod
+    def _distinct(cls, seeds: list[int] | None) -> list[int] | None:
+        if seeds is not None and len(set(seeds)) != len(seeds):
+            raise ValueError(f"seeds repeat: {seeds}")
+        return seeds
 
 
 SECTIONS = tuple(RunSpec.model_fields)
@@ -71,6 +94,8 @@ class Experiment:
     description: str
     runs: list[Run]
     plugins: list[str] = field(default_factory=list)
+    seeds: list[int] | None = None
+    slurm: SlurmSpec | None = None
 
     @property
     def baseline(self) -> Run:
@@ -116,7 +141,7 @@ def load_experiment(path: str | Path, overrides: Sequence[str] = ()) -> Experime
     runs = [
         Run(name, spec, {k: v for k, v in flatten(spec).items() if base.get(k) != v}) for name, spec in specs.items()
     ]
-    return Experiment(path, header.name, header.description, runs, plugins)
+    return Experiment(path, header.name, header.description, runs, plugins, header.seeds, header.slurm)
 
 
 def _new_name(path: Path, name: str, taken: dict, loc: tuple) -> str:
@@ -150,7 +175,10 @@ def _resolve(path: Path, chain: tuple[Path, ...]) -> tuple[Header, dict[str, Any
             raise SpecError.at(path, [Issue(("extends",), f"extends forms a cycle: {cycle}")])
         if not parent.is_file():
             raise SpecError.at(path, [Issue(("extends",), f"no such file: {parent}")])
-        _, baseline, origins, plugins = _resolve(parent, (*chain, path.resolve()))
+        inherited, baseline, origins, plugins = _resolve(parent, (*chain, path.resolve()))
+        header = header.model_copy(update={
+            "seeds": header.seeds or inherited.seeds, "slurm": header.slurm or inherited.slurm,
+        })  # fmt: skip
 
     for i, plugin in enumerate(header.plugins):
         plugins.append(load_plugin(plugin, path, ("plugins", i)))
@@ -232,17 +260,18 @@ def _keys(data: dict[str, Any], prefix: tuple) -> Iterable[str]:
             yield from _keys(value, (*prefix, key))
 
 
-def parse_overrides(items: Sequence[str]) -> dict[str, Any]:
+def parse_overrides(items: Sequence[str], flag: str = "--set") -> dict[str, Any]:
     """`['model.heads=4']` -> `{'model.heads': 4}`, values parsed as YAML."""
     out = {}
     for item in items:
         key, sep, value = item.partition("=")
         if not sep or not key.strip():
-            raise SpecError([f"--set: expected KEY=VALUE such as model.heads=4, got '{item}'"])
+            example = "model.heads=4" if flag == "--set" else "account=nlp"
+            raise SpecError([f"{flag}: expected KEY=VALUE such as {example}, got '{item}'"])
         try:
             out[key.strip()] = yaml.safe_load(value)
         except yaml.YAMLError as error:
-            raise SpecError([f"--set: {key}: value is not valid YAML: {error}"]) from None
+            raise SpecError([f"{flag}: {key}: value is not valid YAML: {error}"]) from None
     return out
 
 

@@ -1,206 +1,410 @@
-"""`ablate run`: trains and evaluates every run of an experiment and writes its results and summary.
+"""`ablate run`: plans the jobs of an experiment (run x seed), trains each in a worker process, collects results.
 
-results/<experiment>/runs/<run>/seed-<n>/config.yaml     the resolved spec
-                                        metrics.jsonl   training and validation log
-                                        result.json     everything measured
-                                        hypotheses/     one detokenised file per test split
+Running the same command again skips what is done, resumes what was interrupted from its last
+checkpoint, re-runs what the spec has changed since (keeping the old result aside) and runs the rest.
+On N GPUs up to N jobs train at once, each pinned to its own GPUs; on the CPU one at a time.
+
+results/<experiment>/runs/<run>/seed-<n>/   one job (see ablate.job)
 results/<experiment>/summary.md, summary.csv
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
-import math
-import platform
-import resource
+import ctypes
+import os
+import shutil
+import signal
+import subprocess
+import sys
 import time
-import traceback
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import torch
-
-from ablate.data.batches import batches as make_batches
-from ablate.data.dataset import Dataset, load_dataset
-from ablate.data.tokenizer import PAD
 from ablate.errors import UserError
-from ablate.evaluation import score, translate
-from ablate.experiment import Experiment, Run
-from ablate.model import build_model, count_parameters
-from ablate.progress import Reporter
-from ablate.results import write_json, write_text, write_yaml
+from ablate.experiment import Experiment
+from ablate.job import LOG, RESULT, Job, RunLock, checkpoint_step, stored_hash
+from ablate.progress import SweepView
+from ablate.results import read_json, write_json
 from ablate.summary import summary_frame, write_summary
-from ablate.training import Progress, Trainer, autocast, precision_name, resolve_device, validation_loss
+from ablate.worker import EXIT_BUSY, EXIT_INTERRUPTED, EXIT_USER_ERROR
+
+DONE = ("completed", "diverged")  # a divergence is a result, not a failure: it is not run again
+
+
+class Interrupted(Exception):  # noqa: N818 (a stop the user asked for, not an error)
+    """The sweep was stopped by the user; its workers saved checkpoints."""
 
 
 @dataclass
-class RunContext:
-    experiment: Experiment
-    run: Run
-    seed: int
-    directory: Path
+class Planned:
+    job: Job
+    action: str  # run | resume | rerun | retry | fresh | skip | busy
+    detail: str = ""
+
+    @property
+    def trains(self) -> bool:
+        return self.action not in ("skip", "busy")
 
 
-def run_experiment(experiment: Experiment, results: Path, reporter: Reporter) -> list[dict[str, Any]]:
-    """Every run of the experiment, one after the other; a run that fails is recorded and the others go on."""
+@dataclass
+class Resources:
+    """Where jobs train: the GPUs this sweep may use (none: the CPU) and how many each run takes."""
+
+    gpus: list[int] = field(default_factory=list)
+    gpus_per_run: int = 1
+
+    @property
+    def device(self) -> str:
+        return "cuda" if self.gpus else "cpu"
+
+    def describe(self) -> str:
+        if not self.gpus:
+            return "CPU, one run at a time"
+        return f"{len(self.gpus)} GPU(s) {self.gpus}, {self.gpus_per_run} a run, {self.parallel} run(s) at once"
+
+    @property
+    def parallel(self) -> int:
+        return max(1, len(self.gpus) // self.gpus_per_run) if self.gpus else 1
+
+
+def resources(device: str, gpus_per_run: int) -> Resources:
+    """`device` auto (every visible GPU, else the CPU), cpu or cuda; checked against what is there."""
+    import torch
+
+    if device not in ("auto", "cpu", "cuda"):
+        raise UserError(f"--device: expected auto, cpu or cuda, got '{device}'")
+    visible = list(range(torch.cuda.device_count())) if device != "cpu" else []
+    if device == "cuda" and not visible:
+        raise UserError("--device cuda: no GPU is visible to torch (torch.cuda.device_count() is 0)")
+    if gpus_per_run < 1:
+        raise UserError(f"--gpus-per-run: expected a positive number, got {gpus_per_run}")
+    if visible and gpus_per_run > len(visible):
+        raise UserError(f"--gpus-per-run {gpus_per_run}: only {len(visible)} GPU(s) visible")
+    if not visible and gpus_per_run > 1:
+        raise UserError(f"--gpus-per-run {gpus_per_run}: no GPU visible; on the CPU a run takes every core")
+    return Resources(visible, gpus_per_run)
+
+
+def plan(experiment: Experiment, results: Path, seeds: int | Sequence[int] | None = None, fresh: bool = False,
+         only: Sequence[str] = ()) -> list[Planned]:  # fmt: skip
+    """What to do with every job of the experiment, from what its run directories hold. Reads only.
+
+    `seeds`: a number (that many seeds from each run's training.seed on), a list, or None for the
+    experiment's `seeds:` or else the run's training.seed alone.
+    """
     root = results / experiment.name
-    rows = []
-    for i, run in enumerate(experiment.runs):
-        seed = run.spec.training.seed
-        context = RunContext(experiment, run, seed, root / "runs" / run.name / f"seed-{seed}")
-        reporter.start_run(f"[{i + 1}/{len(experiment.runs)}] {run.name}", run.spec.training.max_steps)
-        result = execute(context, reporter)
-        reporter.end_run(result)
-        rows.append(result)
-    write_summary(root, summary_frame(rows))
-    return rows
-
-
-def execute(ctx: RunContext, reporter: Reporter) -> dict[str, Any]:
-    """Trains and evaluates one run; whatever happens, writes its result.json."""
-    spec, directory = ctx.run.spec, ctx.directory
-    wall = time.perf_counter()
-    result: dict[str, Any] = {
-        "experiment": ctx.experiment.name, "run": ctx.run.name, "seed": ctx.seed,
-        "differences": ctx.run.differences, "describe": ctx.run.describe(), "status": "running",
-        "torch": torch.__version__, "python": platform.python_version(),
-    }  # fmt: skip
-    write_yaml(directory / "config.yaml", spec.model_dump(mode="json"))
-    metrics = directory / "metrics.jsonl"
-    metrics.unlink(missing_ok=True)
-    try:
-        result |= train_and_evaluate(ctx, reporter, metrics)
-    except UserError:
-        raise  # bad input concerns every run: stop the sweep with its one-line message
-    except Exception as error:  # a run's own failure (out of memory, a bug in a plugin) ends that run alone
-        result |= {"status": "failed", "error": f"{type(error).__name__}: {error}",
-                   "traceback": traceback.format_exc()}  # fmt: skip
-    result["wall_seconds"] = round(time.perf_counter() - wall, 1)
-    write_json(directory / "result.json", result)
-    return result
-
-
-def train_and_evaluate(ctx: RunContext, reporter: Reporter, metrics: Path) -> dict[str, Any]:
-    spec = ctx.run.spec
-    data: Dataset = load_dataset(spec.data, spec.tokenizer)
-    device = resolve_device(spec.training.device)
-    torch.manual_seed(ctx.seed)
-    model = build_model(spec.model, len(data.src_vocab), len(data.tgt_vocab), pad_id=PAD).to(device)
-    reset_peak_memory(device)
-    trainer = Trainer(model, spec.training, spec.model.d_model, device)
-    valid_batches = make_batches(data.valid, spec.training.max_tokens)
-    out: dict[str, Any] = {
-        "params": count_parameters(model), "device": device_name(device), "precision": precision_name(
-            device, spec.training.precision), "src_vocab": len(data.src_vocab), "tgt_vocab": len(data.tgt_vocab),
-        "train_pairs": len(data.train),
-    }  # fmt: skip
-
-    def log(record: dict[str, Any]) -> None:
-        with metrics.open("a", encoding="utf-8") as f:
-            f.write(json.dumps(record) + "\n")
-
-    def on_step(p: Progress) -> None:
-        tokens_per_s = (p.src_tokens + p.tgt_tokens) / p.step_seconds if p.step_seconds else 0.0
-        log({"step": p.step, "epoch": p.epoch, "loss": round(p.loss, 4), "lr": p.lr,
-             "step_ms": round(p.step_seconds * 1000, 1), "src_tokens": p.src_tokens,
-             "tgt_tokens": p.tgt_tokens})  # fmt: skip
-        reporter.step(p.step, p.loss, tokens_per_s)
-
-    def on_validate(step: int) -> dict[str, Any]:
-        record = validate(model, data, valid_batches, spec, device, step)
-        log(record)
-        reporter.validated(record)
-        return record
-
-    def on_checkpoint(step: int) -> None:
-        save_checkpoint(ctx.directory / "checkpoints" / "last.pt", trainer)
-
-    outcome = trainer.fit(data.train, on_step, on_validate, on_checkpoint if spec.training.checkpoint_every else None)
-    step_times = outcome.step_times[1:] or outcome.step_times  # the first step pays for allocation and warm-up
-    stepping = sum(outcome.step_times)  # optimizer steps alone; validation and checkpoints not counted
-    out |= {
-        "status": outcome.status, "steps": outcome.steps, "epochs": round(outcome.epochs, 2),
-        "train_seconds": round(outcome.train_seconds, 1),
-        "train_src_tokens_per_s": round(outcome.src_tokens / stepping, 1),
-        "train_tgt_tokens_per_s": round(outcome.tgt_tokens / stepping, 1),
-        "step_ms": round(1000 * sum(step_times) / len(step_times), 1),
-    }  # fmt: skip
-    if outcome.status == "diverged":
-        out["error"] = outcome.reason
-        out["peak_memory_mib"] = peak_memory_mib(device)
-        return out
-    if spec.training.checkpoint_every:
-        save_checkpoint(ctx.directory / "checkpoints" / "last.pt", trainer)
-    final = on_validate(outcome.steps)
-    out |= {"valid_loss": final["valid_loss"], "valid_ppl": final["valid_ppl"]}
-
-    amp = autocast(device, spec.training.precision)
-    ev = spec.evaluation
-    scores, decode_seconds, decoded = {}, 0.0, 0
-    for split, pairs in data.tests.items():
-        reporter.note(f"decoding {split} ({len(pairs)} sentences, beam {ev.beam_size})")
-        translation = translate(model, [p[0] for p in pairs], data.src_vocab, data.tgt_vocab,
-                                beam_size=ev.beam_size, alpha=ev.length_penalty, max_extra_len=ev.max_extra_len,
-                                batch_size=ev.batch_size, device=device, autocast=amp)  # fmt: skip
-        write_text(ctx.directory / "hypotheses" / f"{split}.txt", "\n".join(translation.hypotheses) + "\n")
-        scores[split] = score(translation.hypotheses, [p[1] for p in pairs], ev.lowercase)
-        decode_seconds += translation.seconds
-        decoded += len(pairs)
-    out |= {
-        "scores": scores, "decode_sentences_per_s": round(decoded / decode_seconds, 1),
-        "peak_memory_mib": peak_memory_mib(device),
-    }  # fmt: skip
+    runs = [r for r in experiment.runs if not only or r.name in only]
+    out = []
+    for run in runs:
+        first = run.spec.training.seed
+        if isinstance(seeds, int):
+            run_seeds = list(range(first, first + seeds))
+        else:
+            run_seeds = list(seeds or experiment.seeds or [first])
+        out += [classify(Job.of(experiment, run, seed, root), fresh) for seed in run_seeds]
     return out
 
 
-def validate(model, data: Dataset, valid_batches: list, spec, device: torch.device, step: int) -> dict[str, Any]:
-    """Validation loss and perplexity on the whole split; greedy BLEU on its first `valid_bleu_pairs`."""
-    amp = autocast(device, spec.training.precision)
-    loss = validation_loss(model, valid_batches, device, amp)
-    record: dict[str, Any] = {"step": step, "valid_loss": round(loss, 4), "valid_ppl": round(math.exp(loss), 2)}
-    n = min(spec.training.valid_bleu_pairs, len(data.valid_pairs))
-    if n:
-        pairs = data.valid_pairs[:n]
-        hyps = translate(model, [p[0] for p in pairs], data.src_vocab, data.tgt_vocab, beam_size=1, alpha=0.0,
-                         max_extra_len=spec.evaluation.max_extra_len, batch_size=spec.evaluation.batch_size,
-                         device=device, autocast=amp).hypotheses  # fmt: skip
-        record["valid_bleu"] = score(hyps, [p[1] for p in pairs], spec.evaluation.lowercase)["bleu"]
-    return record
+def classify(job: Job, fresh: bool) -> Planned:
+    d = job.directory
+    if not d.is_dir():
+        return Planned(job, "run")
+    lock = RunLock(d)
+    if not lock.acquire(wait=False):
+        return Planned(job, "busy", f"being trained by another process ({lock.holder()})")
+    lock.release()
+    if fresh:
+        return Planned(job, "fresh", "started over (--fresh)")
+    old = stored_hash(d)
+    if old is not None and old != job.config_hash:
+        return Planned(job, "rerun", f"the spec changed since the earlier result (config {old} -> {job.config_hash})")
+    result = _read_result(d)
+    if result is not None and result.get("status") in DONE:
+        return Planned(job, "skip", f"{result['status']} earlier")
+    step = checkpoint_step(d, job.config_hash)
+    if step is not None:
+        return Planned(job, "resume", f"resumes from step {step}")
+    if result is not None:
+        return Planned(job, "retry", f"{result.get('status')} earlier: {result.get('error', '')}".rstrip(": "))
+    return Planned(job, "run")
 
 
-def save_checkpoint(path: Path, trainer: Trainer) -> None:
-    """Written whole or not at all: a temporary file, then an atomic rename."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    torch.save(trainer.state_dict(), tmp)
-    tmp.replace(path)
+def _read_result(directory: Path) -> dict[str, Any] | None:
+    with contextlib.suppress(OSError, ValueError):
+        return read_json(directory / RESULT)
+    return None
 
 
-def device_name(device: torch.device) -> str:
-    if device.type == "cuda":
-        return torch.cuda.get_device_name(device)
-    return f"cpu ({platform.processor() or platform.machine()}, {torch.get_num_threads()} threads)"
+def prepare(planned: Planned) -> None:
+    """Makes the run directory ready for its action: stale results set aside, leftovers cleared, job.json written."""
+    job, d = planned.job, planned.job.directory
+    if planned.action == "fresh":
+        shutil.rmtree(d)
+    elif planned.action == "rerun":
+        stale = d.with_name(f"{d.name}.stale-{stored_hash(d)}")
+        n = 1
+        while stale.exists():
+            stale, n = d.with_name(f"{d.name}.stale-{stored_hash(d)}-{n}"), n + 1
+        d.rename(stale)
+        job.note = f"re-run: the spec changed since the earlier result, kept in {stale.name}"
+    elif planned.action == "retry":
+        (d / RESULT).unlink(missing_ok=True)
+    job.save()
 
 
-def reset_peak_memory(device: torch.device) -> None:
-    """Starts the run's peak-memory count: CUDA's allocator statistics, or the process's peak RSS (Linux)."""
-    if device.type == "cuda":
-        torch.cuda.reset_peak_memory_stats(device)
-        return
-    with contextlib.suppress(OSError):  # not Linux: the peak since the process started is reported
-        Path("/proc/self/clear_refs").write_text("5")  # resets VmHWM, the peak resident set size
+def worker_command(job: Job) -> list[str]:
+    """How a job is started: one Python process, or torchrun with one process per GPU."""
+    if job.gpus > 1:
+        return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={job.gpus}",
+                "-m", "ablate.worker", str(job.directory)]  # fmt: skip
+    return [sys.executable, "-m", "ablate.worker", str(job.directory)]
 
 
-def peak_memory_mib(device: torch.device) -> float:
-    """On CUDA torch's max allocated; on CPU the process's peak resident memory since the reset."""
-    if device.type == "cuda":
-        return round(torch.cuda.max_memory_allocated(device) / 2**20, 1)
+def start_worker(job: Job, visible_gpus: Sequence[int] | None = None) -> subprocess.Popen:
+    """Starts a job in its own process group (Ctrl-C reaches the sweep, which forwards it), logging to worker.log."""
+    env = dict(os.environ)
+    if visible_gpus is not None:
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, visible_gpus))
+    with open(job.directory / LOG, "a", encoding="utf-8") as log:
+        log.write(f"--- {time.strftime('%Y-%m-%d %H:%M:%S')} {' '.join(worker_command(job))}\n")
+        log.flush()
+        return subprocess.Popen(worker_command(job), stdout=log, stderr=subprocess.STDOUT, env=env,
+                                start_new_session=True, preexec_fn=_die_with_parent)  # fmt: skip
+
+
+def _die_with_parent() -> None:
+    """Linux: the worker gets SIGKILL when the sweep dies, even by SIGKILL, so no orphan keeps training."""
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # 1 = PR_SET_PDEATHSIG
+
+
+def outcome(job: Job, code: int) -> dict[str, Any]:
+    """What a finished worker left: its result.json, or a record of how it died."""
+    base = {"experiment": job.experiment, "run": job.run, "seed": job.seed, "differences": job.differences,
+            "describe": job.describe, "config_hash": job.config_hash}  # fmt: skip
+    if code == EXIT_INTERRUPTED:
+        return base | {"status": "interrupted"}
+    if code == EXIT_BUSY:
+        return base | {"status": "busy", "error": "another process is training this run"}
+    result = _read_result(job.directory)
+    if result is not None and result.get("config_hash") == job.config_hash:
+        return result
+    if code < 0:
+        name = signal.Signals(-code).name
+        why = f"worker killed by {name}" + (" (out of memory? the kernel's OOM killer sends it)" if code == -9 else "")
+    else:
+        why = f"worker exited with code {code} and wrote no result"
+    result = base | {"status": "failed", "error": why, "log": _tail(job.directory / LOG)}
+    write_json(job.directory / RESULT, result)
+    return result
+
+
+def _tail(path: Path, lines: int = 20) -> str:
+    with contextlib.suppress(OSError):
+        return "\n".join(path.read_text(encoding="utf-8", errors="replace").splitlines()[-lines:])
+    return ""
+
+
+def run_local(jobs: list[Job], res: Resources, view: SweepView) -> dict[str, dict[str, Any]]:
+    """Trains the jobs in worker processes, as many at once as the GPUs allow; returns their results by label."""
+    queue, free = list(jobs), list(res.gpus)
+    active: dict[subprocess.Popen, tuple[Job, list[int]]] = {}
+    results: dict[str, dict[str, Any]] = {}
+    user_error: str | None = None
     try:
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
-                return round(int(line.split()[1]) / 1024, 1)
-    except OSError:
-        pass
-    return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
+        while queue or active:
+            while queue and user_error is None and (len(free) >= res.gpus_per_run if res.gpus else not active):
+                job = queue.pop(0)
+                take, free = free[: res.gpus_per_run], free[res.gpus_per_run :]
+                job.device, job.gpus = res.device, len(take)
+                job.save()
+                view.started(job, checkpoint_step(job.directory, job.config_hash) or 0)
+                active[start_worker(job, take if res.gpus else None)] = (job, take)
+            time.sleep(0.5)
+            view.refresh()
+            for proc in [p for p in active if p.poll() is not None]:
+                job, take = active.pop(proc)
+                free += take
+                results[job.label] = outcome(job, proc.returncode)
+                view.finished(job, results[job.label])
+                if proc.returncode == EXIT_USER_ERROR:
+                    user_error = results[job.label]["error"]
+            if user_error is not None and not active:
+                break
+    except KeyboardInterrupt:
+        _stop(active, view)
+        for job, _ in active.values():
+            results[job.label] = outcome(job, EXIT_INTERRUPTED)
+        raise Interrupted() from None
+    if user_error is not None:
+        raise UserError(user_error)
+    return results
+
+
+def _stop(active: dict[subprocess.Popen, tuple[Job, list[int]]], view: SweepView) -> None:
+    """Asks every worker to checkpoint and stop; a second Ctrl-C kills them."""
+    view.say(f"stopping: {len(active)} run(s) save a checkpoint first (Ctrl-C again to kill them)")
+    for proc in active:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGINT)
+    try:
+        for proc in active:
+            proc.wait()
+    except KeyboardInterrupt:
+        for proc in active:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+        for proc in active:
+            proc.wait()
+
+
+def run_in_process(jobs: list[Job], device: str, view: SweepView) -> dict[str, dict[str, Any]]:
+    """Under torchrun: every rank trains each job in this process, together (see ablate.distributed)."""
+    from ablate.worker import execute
+
+    rank = int(os.environ.get("RANK", "0"))
+    results = {}
+    for job in jobs:
+        job.device = "cuda" if device != "cpu" and _cuda() else "cpu"
+        job.gpus = int(os.environ.get("WORLD_SIZE", "1")) if job.device == "cuda" else 0
+        if rank == 0:
+            job.save()
+            view.started(job, checkpoint_step(job.directory, job.config_hash) or 0)
+        code = execute(job)
+        if code == EXIT_INTERRUPTED:
+            raise Interrupted()
+        if rank == 0:
+            results[job.label] = outcome(job, code)
+            view.finished(job, results[job.label])
+        if code == EXIT_USER_ERROR:
+            raise UserError(results.get(job.label, {}).get("error", "bad input (see rank 0)"))
+    return results
+
+
+def _cuda() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def collect(planned: list[Planned], fresh: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+    """The result of every job in plan order: this sweep's, or what the run directory held."""
+    rows = []
+    for p in planned:
+        result = fresh.get(p.job.label) or _read_result(p.job.directory)
+        if result is None or result.get("config_hash", p.job.config_hash) != p.job.config_hash:
+            resumable = checkpoint_step(p.job.directory, p.job.config_hash) is not None
+            status = "running elsewhere" if p.action == "busy" else "interrupted" if resumable else "not run"
+            result = {"run": p.job.run, "seed": p.job.seed, "describe": p.job.describe, "status": status}
+        rows.append(result)
+    return rows
+
+
+def write_results(experiment: Experiment, results: Path, planned: list[Planned], fresh: dict) -> list[dict]:
+    rows = collect(planned, fresh)
+    write_summary(results / experiment.name, summary_frame(rows))
+    return rows
+
+
+@dataclass
+class Options:
+    """How `ablate run` trains a sweep (its flags)."""
+
+    results: Path = Path("results")
+    seeds: int | list[int] | None = None
+    only: list[str] = field(default_factory=list)
+    fresh: bool = False
+    device: str | None = None  # None: training.device of the baseline spec
+    gpus_per_run: int = 1
+    tensorboard: Path | None = None
+    launcher: str = "local"
+    slurm: dict[str, Any] = field(default_factory=dict)  # flags over the experiment's slurm settings
+    wait: bool = True
+
+
+def sweep(experiment: Experiment, options: Options, view_console) -> list[dict[str, Any]]:
+    """Plans, trains and collects one experiment; returns one result record per job, in plan order."""
+    from ablate import distributed
+    from ablate.experiment import SlurmSpec
+
+    device = options.device or _device_kind(experiment.baseline.spec.training.device)
+    in_process = distributed.launched()
+    if in_process:
+        distributed.setup("cuda" if device != "cpu" and _cuda() else "cpu")
+    planned = plan(experiment, options.results, options.seeds, options.fresh)  # every run goes in the summary
+    training = [p for p in planned if p.trains and (not options.only or p.job.run in options.only)]
+    rank0 = int(os.environ.get("RANK", "0")) == 0
+    say = view_console.print if rank0 else (lambda *a, **k: None)
+    res = resources(device, options.gpus_per_run) if options.launcher == "local" and not in_process else None
+    where = res.describe() if res else options.launcher if not in_process else "torchrun, this process"
+    runs = len({p.job.run for p in planned})
+    say(f"{experiment.path}: {experiment.name}, {runs} runs x {len(planned) // max(runs, 1)} seed(s), "
+        f"{len(training)} to train on {where} -> {options.results / experiment.name}", highlight=False)  # fmt: skip
+    for p in planned:
+        if p.detail and (not options.only or p.job.run in options.only):
+            say(f"  {p.job.label}: {p.detail}", highlight=False)
+    for p in training:
+        if options.tensorboard is not None:
+            p.job.tensorboard = str(options.tensorboard / experiment.name / p.job.run / f"seed-{p.job.seed}")
+    if rank0:
+        _prepare_data(training)
+        for p in training:
+            prepare(p)
+    if in_process:
+        distributed.barrier()
+    jobs = [p.job for p in training]
+    selected = [p for p in planned if not options.only or p.job.run in options.only]
+    view = SweepView(view_console, jobs, done_before=len(selected) - len(training)) if rank0 else _Silent()
+    fresh_results: dict[str, dict[str, Any]] = {}
+    try:
+        if in_process:
+            fresh_results = run_in_process(jobs, device, view)
+        elif options.launcher == "local":
+            fresh_results = run_local(jobs, res, view)
+        elif jobs:
+            from ablate import slurm
+
+            settings = slurm.settings(experiment.slurm or SlurmSpec(), options.slurm)
+            handles = slurm.submit(jobs, settings, options.results / experiment.name / "slurm", options.launcher)
+            say(f"submitted {len(handles)} job(s): {', '.join(str(h.job_id) for h in handles)}", highlight=False)
+            if not options.wait:
+                say("not waiting (--no-wait): once they have ended, run the same command again to collect them")
+                return []
+            fresh_results = slurm.wait(jobs, handles, view)
+    except Interrupted:
+        view.close()
+        if rank0:
+            write_results(experiment, options.results, planned, fresh_results)
+        raise
+    finally:
+        view.close()
+    if not rank0:
+        return []
+    return write_results(experiment, options.results, planned, fresh_results)
+
+
+def _prepare_data(training: list[Planned]) -> None:
+    """Checks each corpus (downloading what is missing) and trains each vocabulary once, before any worker."""
+    from ablate.data.dataset import load_dataset
+
+    prepared = set()
+    for p in training:
+        spec = p.job.run_spec()
+        key = (spec.data.model_dump_json(), spec.tokenizer.model_dump_json())
+        if key not in prepared:
+            prepared.add(key)
+            load_dataset(spec.data, spec.tokenizer)
+
+
+class _Silent:
+    """The view of ranks other than 0: they train, rank 0 reports."""
+
+    def __getattr__(self, name: str) -> Any:
+        return lambda *args, **kwargs: None
+
+
+def _device_kind(device: str) -> str:
+    return "cuda" if device.startswith("cuda") else device

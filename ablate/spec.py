@@ -131,7 +131,9 @@ class TrainingSpec(Section):
     max_epochs: PositiveInt | None = Field(None, description="stop after this many passes over the data")
     validate_every: PositiveInt | None = Field(None, description="validation loss and BLEU every N steps (and at end)")
     valid_bleu_pairs: NonNegativeInt = Field(200, description="validation pairs decoded for BLEU; 0 for loss only")
-    checkpoint_every: PositiveInt | None = Field(None, description="save a checkpoint every N steps (and at end)")
+    checkpoint_every: PositiveInt | None = Field(
+        1000, description="save a checkpoint every N steps, at the end and on Ctrl-C; null: never (no resume)"
+    )
     seed: int = Field(1, description="seeds model init, dropout and batch order")
     device: str = Field("auto", description="auto (a GPU when there is one), cpu, cuda, cuda:N")
     precision: Literal["auto", "fp32", "bf16"] = Field("auto", description="auto: bf16 autocast on CUDA, fp32 on CPU")
