@@ -4,24 +4,34 @@ import ablate
 experiment = ablate.load_experiment("experiments/pe.yaml")
 run = experiment.run("rotary")
 model = ablate.build_model(run.spec.model, src_vocab=8000, tgt_vocab=8000)
+
+Names are imported when first used, so `ablate report` and `ablate check`'s comparison read result
+files without importing torch.
 """
 
-from ablate.errors import SpecError
-from ablate.experiment import Experiment, Run, load_experiment
-from ablate.model import Transformer, build_model, count_parameters
-from ablate.registry import REGISTRY, PartParams
-from ablate.spec import ModelSpec, RunSpec
+from __future__ import annotations
 
-__all__ = [
-    "REGISTRY",
-    "Experiment",
-    "ModelSpec",
-    "PartParams",
-    "Run",
-    "RunSpec",
-    "SpecError",
-    "Transformer",
-    "build_model",
-    "count_parameters",
-    "load_experiment",
-]
+import importlib
+from typing import Any
+
+_WHERE = {
+    "SpecError": "ablate.errors",
+    "Experiment": "ablate.experiment",
+    "Run": "ablate.experiment",
+    "load_experiment": "ablate.experiment",
+    "Transformer": "ablate.model",
+    "build_model": "ablate.model",
+    "count_parameters": "ablate.model",
+    "REGISTRY": "ablate.registry",
+    "PartParams": "ablate.registry",
+    "ModelSpec": "ablate.spec",
+    "RunSpec": "ablate.spec",
+}
+
+__all__ = sorted(_WHERE)
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _WHERE:
+        raise AttributeError(f"module 'ablate' has no attribute '{name}'")
+    return getattr(importlib.import_module(_WHERE[name]), name)

@@ -59,6 +59,7 @@ class Job:
     device: str = "cpu"  # what the scheduler gave it: cpu or cuda
     gpus: int = 0  # GPUs of the run: one process a GPU, data-parallel when more than one
     tensorboard: str | None = None  # a TensorBoard log directory for this run
+    threads: int | None = None  # CPU threads (torch.set_num_threads); None: torch's default, every core
 
     @classmethod
     def of(cls, experiment: Experiment, run: Run, seed: int, root: Path) -> Job:

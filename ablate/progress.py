@@ -106,7 +106,8 @@ class SweepView:
         done, elapsed = self._steps_done(), time.monotonic() - self.started_at
         if not self.total_steps or not done:
             return ""
-        return f", about {(self.total_steps - done) * elapsed / done / 60:.0f} min left"
+        left = (self.total_steps - done) * elapsed / done / 60
+        return f", about {left:.0f} min left" if left >= 1 else ", under a minute left"
 
     def say(self, text: str) -> None:
         self.console.print(text, highlight=False)

@@ -236,8 +236,8 @@ def run_local(jobs: list[Job], res: Resources, view: SweepView) -> dict[str, dic
                 break
     except KeyboardInterrupt:
         _stop(active, view)
-        for job, _ in active.values():
-            results[job.label] = outcome(job, EXIT_INTERRUPTED)
+        for proc, (job, _) in active.items():  # one that was decoding finishes its result first
+            results[job.label] = outcome(job, proc.returncode)
         raise Interrupted() from None
     if user_error is not None:
         raise UserError(user_error)
@@ -350,7 +350,7 @@ def sweep(experiment: Experiment, options: Options, view_console) -> list[dict[s
         if options.tensorboard is not None:
             p.job.tensorboard = str(options.tensorboard / experiment.name / p.job.run / f"seed-{p.job.seed}")
     if rank0:
-        _prepare_data(training)
+        prepare_data([p.job for p in training])
         for p in training:
             prepare(p)
     if in_process:
@@ -386,13 +386,13 @@ def sweep(experiment: Experiment, options: Options, view_console) -> list[dict[s
     return write_results(experiment, options.results, planned, fresh_results)
 
 
-def _prepare_data(training: list[Planned]) -> None:
+def prepare_data(jobs: list[Job]) -> None:
     """Checks each corpus (downloading what is missing) and trains each vocabulary once, before any worker."""
     from ablate.data.dataset import load_dataset
 
     prepared = set()
-    for p in training:
-        spec = p.job.run_spec()
+    for job in jobs:
+        spec = job.run_spec()
         key = (spec.data.model_dump_json(), spec.tokenizer.model_dump_json())
         if key not in prepared:
             prepared.add(key)

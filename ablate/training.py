@@ -144,7 +144,7 @@ class Trainer:
             sync = self.world == 1 or i == len(batches) - 1  # gradients are all-reduced once an update
             with nullcontext() if sync else self.forward.no_sync(), self.autocast:
                 loss, _ = loss_sums(self.forward, batch.to(self.device), self.spec.label_smoothing)
-            (loss * (weight * self.world / total)).backward()
+            (loss / total * (weight * self.world)).backward()  # exactly loss / total in one process
             loss_sum += loss.detach() * weight
         if self.spec.clip_norm is not None:
             torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.spec.clip_norm)

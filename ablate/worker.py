@@ -114,6 +114,8 @@ def train_and_evaluate(job: Job, rank: int, world: int, local_rank: int, stop: S
     spec = job.run_spec()
     data: Dataset = load_dataset(spec.data, spec.tokenizer)
     device = torch.device(f"cuda:{local_rank}" if job.device == "cuda" else "cpu")
+    if job.threads is not None:
+        torch.set_num_threads(job.threads)  # kernels, hence round-off, depend on it: references pin it
     if device.type == "cuda":
         torch.cuda.set_device(device)
     torch.manual_seed(job.seed)
@@ -132,6 +134,11 @@ def train_and_evaluate(job: Job, rank: int, world: int, local_rank: int, stop: S
     elif rank == 0:
         metrics.unlink(missing_ok=True)
     started = time.perf_counter()
+
+    def wall() -> float:
+        """Seconds since the job first started, across restarts: the x axis of the learning curves."""
+        return round(earlier_wall + time.perf_counter() - started, 2)
+
     out: dict[str, Any] = {
         "params": count_parameters(model), "device": device_name(device), "gpus": world if device.type == "cuda"
         else 0, "processes": world, "precision": precision_name(device, spec.training.precision),
@@ -145,20 +152,20 @@ def train_and_evaluate(job: Job, rank: int, world: int, local_rank: int, stop: S
     def on_step(p: Progress) -> None:
         log.write({"step": p.step, "epoch": p.epoch, "loss": round(p.loss, 4), "lr": p.lr,
                    "step_ms": round(p.step_seconds * 1000, 1), "src_tokens": p.src_tokens,
-                   "tgt_tokens": p.tgt_tokens})  # fmt: skip
+                   "tgt_tokens": p.tgt_tokens, "wall_s": wall()})  # fmt: skip
         log.progress(p, spec.training.max_steps)
 
     def on_validate(step: int) -> dict[str, Any]:
         record: dict[str, Any] = {}
         if rank == 0:
             record = validate(model, data, valid_batches, spec, device, step)
-            log.write(record)
+            log.write(record | {"wall_s": wall()})
         distributed.barrier()
         return record
 
     def on_checkpoint(step: int) -> None:
         if rank == 0:
-            save_checkpoint(job, trainer, earlier_wall + time.perf_counter() - started)
+            save_checkpoint(job, trainer, wall())
         distributed.barrier()
 
     checkpoints = spec.training.checkpoint_every is not None
@@ -181,7 +188,7 @@ def train_and_evaluate(job: Job, rank: int, world: int, local_rank: int, stop: S
     if rank != 0:
         return out  # decoding and scoring are rank 0's
     final = validate(model, data, valid_batches, spec, device, outcome.steps)
-    log.write(final)
+    log.write(final | {"wall_s": wall()})
     out |= {"valid_loss": final["valid_loss"], "valid_ppl": final["valid_ppl"]}
 
     amp = autocast(device, spec.training.precision)
