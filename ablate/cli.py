@@ -57,6 +57,30 @@ def main(argv: Sequence[str] | None = None) -> int:
                      help="with slurm: submit and return; run the same command again to collect")  # fmt: skip
     run.set_defaults(handler=cmd_run)
 
+    report = commands.add_parser("report", help="comparison tables, cards and plots rebuilt from results")
+    report.add_argument("results_dir", type=Path, metavar="RESULTS_DIR",
+                        help="an experiment's directory (results/pe) or a directory of them (results)")  # fmt: skip
+    report.add_argument("--format", choices=["terminal", "md", "csv", "latex", "html"], default="terminal",
+                        help="what is printed (or written to --output); default terminal")  # fmt: skip
+    report.add_argument("--output", type=Path, metavar="FILE", help="write the table in --format to FILE")
+    report.add_argument("--sort", metavar="COLUMN", help="sort rows on a column (scores best first)")
+    report.add_argument("--reverse", action="store_true", help="reverse the --sort order")
+    report.add_argument("--columns", metavar="A,B,...", help="only these columns (run always first)")
+    report.add_argument("--significance", choices=["bs", "ar", "none"], default="bs",
+                        help="paired test of each BLEU against the baseline: bootstrap (default), "
+                        "approximate randomisation, none")  # fmt: skip
+    report.add_argument("--no-files", action="store_true",
+                        help="do not write <experiment>/report/ (tables in every format, cards, plots)")  # fmt: skip
+    report.set_defaults(handler=cmd_report)
+
+    check = commands.add_parser("check", help="re-run reference baselines and compare with results/reference/")
+    check.add_argument("references", nargs="*", metavar="REFERENCE",
+                       help="names or files under results/reference/ (default: every measured one)")  # fmt: skip
+    check.add_argument("--update", action="store_true",
+                       help="measure again and rewrite the reference from its source experiment file")  # fmt: skip
+    check.add_argument("--keep", type=Path, metavar="DIR", help="keep the runs in DIR (default: a temporary directory)")
+    check.set_defaults(handler=cmd_check)
+
     validate = commands.add_parser("validate", help="check experiment files and list their runs")
     validate.add_argument("files", nargs="+", metavar="FILE")
     _add_set(validate)
@@ -228,6 +252,76 @@ def print_plan(out: Console, experiment, options) -> None:
     out.print("  params at the nominal vocabulary size of tokenizer.vocab_size", highlight=False)
 
 
+def cmd_report(args: argparse.Namespace) -> int:
+    from ablate import plots
+    from ablate.report import FILES, cards, find_experiments, load_results, render, report_frame, select
+    from ablate.results import write_text
+
+    columns = [c.strip() for c in args.columns.split(",")] if args.columns else None
+    out = console()
+    written, chunks = [], []
+    for directory in find_experiments(args.results_dir):
+        exp = load_results(directory)
+        frame, notes = report_frame(exp, args.significance)
+        frame = select(frame, columns, args.sort, args.reverse)
+        title = f"{exp.name} ({directory})"
+        if args.format == "terminal":
+            print_report(out, title, frame, notes)
+        elif args.format == "csv":  # one table for every experiment, told apart by a column
+            chunks.append(render("csv", frame.assign(experiment=exp.name)[["experiment", *frame.columns]], title, []))
+        else:
+            chunks.append(render(args.format, frame, title, notes))
+        if args.no_files:
+            continue
+        files = {name: render(fmt, frame, title, notes) for fmt, name in FILES.items()} | {"cards.md": cards(exp)}
+        for name, content in files.items():
+            write_text(directory / "report" / name, content)
+            written.append(directory / "report" / name)
+        if plots.available():
+            written += plots.write_plots(exp, directory / "report")
+        else:
+            out.print("plots: not drawn, matplotlib is not installed (pip install 'ablate[plot]')", highlight=False)
+    if args.format == "csv":  # the header once
+        chunks = chunks[:1] + ["".join(c.splitlines(keepends=True)[1:]) for c in chunks[1:]]
+    if args.output is not None:
+        write_text(args.output, "".join(chunks))
+        out.print(f"written: {args.output}", highlight=False)
+    elif chunks:
+        sys.stdout.write("".join(chunks))
+    if written:
+        folders = ", ".join(sorted({str(p.parent) for p in written}))
+        out.print(f"also written in {folders}: {', '.join(sorted({p.name for p in written}))}", highlight=False)
+    return 0
+
+
+def print_report(out: Console, title: str, frame, notes: list[str]) -> None:
+    from ablate.report import display
+
+    columns, rows = display(frame)
+    table = Table(title=title, title_justify="left")
+    for column in columns:
+        table.add_column(column, justify="left" if column in ("run", "differs", "status") else "right")
+    for row in rows:
+        table.add_row(*row)
+    out.print(table)
+    for note in notes:
+        out.print(f"  {note}", highlight=False)
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    from ablate import check
+
+    out = console()
+    failed = []
+    for path in check.find(args.references):
+        if not check.check(path, args.update, args.keep, bool(args.references), out):
+            failed.append(str(path))
+    if failed:
+        print(f"check failed: {', '.join(failed)}", file=sys.stderr)
+        return 1
+    return 0
+
+
 def print_table(out: Console, title: str, frame) -> None:
     table = Table(title=title, title_justify="left")
     for column in frame.columns:
@@ -262,6 +356,7 @@ def cmd_data(args: argparse.Namespace) -> int:
 
 
 def cmd_parts(args: argparse.Namespace) -> int:
+    import ablate.spec  # noqa: F401 (the built-in parts register themselves when the spec imports them)
     from ablate.registry import REGISTRY
 
     table = Table(

@@ -1,0 +1,68 @@
+"""The paper's base model and recipe (Vaswani et al. 2017), as a run's config.yaml spells them.
+
+A run card lists where a run differs from it, so a reader of a table knows exactly what each row
+changed from the Transformer of the paper. Torch-free: `ablate report` reads result files only.
+A test keeps this in step with the spec's defaults and experiments/paper/base.yaml.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+# dotted key -> (the paper's value, where the paper says so)
+PAPER_BASE: dict[str, tuple[Any, str]] = {
+    "model.d_model": (512, "Table 3, base"),
+    "model.heads": (8, "§3.2.2"),
+    "model.d_k": (64, "§3.2.2"),
+    "model.d_ff": (2048, "§3.3"),
+    "model.encoder_layers": (6, "§3.1"),
+    "model.decoder_layers": (6, "§3.1"),
+    "model.dropout": (0.1, "§5.4"),
+    "model.attention_dropout": (0.0, "§5.4 (residual and embedding dropout only)"),
+    "model.activation_dropout": (0.0, "§5.4 (residual and embedding dropout only)"),
+    "model.positions": ("sinusoidal", "§3.5"),
+    "model.norm_placement": ("post_ln", "§3.1, LayerNorm(x + Sublayer(x))"),
+    "model.norm": ("layernorm", "§3.1"),
+    "model.scaling": ("sqrt_dk", "§3.2.1"),
+    "model.feedforward": ("relu", "§3.3"),
+    "model.embedding_scale": ("sqrt_dmodel", "§3.4"),
+    "model.tying": ("all", "§3.4"),
+    "tokenizer.vocab_size": (37000, "§5.1, shared BPE"),
+    "tokenizer.joint": (True, "§5.1, shared BPE"),
+    "training.schedule": ("noam", "§5.3, warmup 4000"),
+    "training.betas": ([0.9, 0.98], "§5.3"),
+    "training.eps": (1e-9, "§5.3"),
+    "training.label_smoothing": (0.1, "§5.4"),
+    "evaluation.beam_size": (4, "§6.1"),
+    "evaluation.length_penalty": (0.6, "§6.1"),
+    "evaluation.max_extra_len": (50, "§6.1"),
+}
+
+
+def value_at(config: dict[str, Any], key: str) -> Any:
+    node: Any = config
+    for part in key.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return None
+        node = node[part]
+    return node
+
+
+def show(value: Any) -> str:
+    """A value as people read it: a part with parameters as `name(k=v)`, a list as `a, b`."""
+    if isinstance(value, dict):
+        params = ", ".join(f"{k}={v}" for k, v in value.items() if k != "name")
+        return f"{value.get('name')}({params})" if params else str(value.get("name"))
+    if isinstance(value, list | tuple):
+        return "(" + ", ".join(map(str, value)) + ")"
+    return str(value)
+
+
+def paper_differences(config: dict[str, Any]) -> list[tuple[str, str, str, str]]:
+    """(key, the paper's value, this run's value, the paper's section) wherever a resolved spec departs."""
+    out = []
+    for key, (paper, where) in PAPER_BASE.items():
+        value = value_at(config, key)
+        if show(value) != show(paper):
+            out.append((key, show(paper), show(value), where))
+    return out

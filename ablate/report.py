@@ -1,0 +1,340 @@
+"""`ablate report RESULTS_DIR`: comparison tables rebuilt from run directories alone, no re-training.
+
+Reads result.json, config.yaml, metrics.jsonl and hypotheses/ of every job under
+RESULTS_DIR/<experiment>/runs/<run>/seed-<n>/, and never the model: torch is not imported.
+Formats: terminal (rich), md, csv, latex (booktabs), html. Run cards list where each run departs
+from the paper's base model; plots.py draws the curves and the BLEU chart.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import html
+import json
+import math
+import statistics
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import yaml
+
+from ablate.errors import UserError, did_you_mean
+from ablate.paper import paper_differences
+
+COLUMNS = ["run", "differs", "params", "BLEU", "BLEU std", "n", "ΔBLEU", "p", "chrF", "valid loss", "valid ppl",
+           "train tok/s", "tok/s vs baseline", "decode sent/s", "peak MiB", "wall s", "status"]  # fmt: skip
+FORMATS = ("terminal", "md", "csv", "latex", "html")
+HIGHER_IS_BETTER = {"BLEU", "ΔBLEU", "chrF", "train tok/s", "tok/s vs baseline", "decode sent/s", "n"}
+
+
+@dataclass
+class JobRecord:
+    """One job's files: what it measured, its resolved spec, where its logs are."""
+
+    directory: Path
+    result: dict[str, Any]
+    config: dict[str, Any]
+
+    @property
+    def ok(self) -> bool:
+        return self.result.get("status") == "completed"
+
+    def hypotheses(self, split: str) -> list[str] | None:
+        path = self.directory / "hypotheses" / f"{split}.txt"
+        return path.read_text(encoding="utf-8").splitlines() if path.is_file() else None
+
+    def metrics(self) -> list[dict[str, Any]]:
+        path = self.directory / "metrics.jsonl"
+        out = []
+        with contextlib.suppress(OSError):
+            for line in path.read_text(encoding="utf-8").splitlines():
+                with contextlib.suppress(ValueError):
+                    out.append(json.loads(line))
+        return out
+
+
+@dataclass
+class ExperimentResults:
+    name: str
+    directory: Path
+    runs: dict[str, list[JobRecord]] = field(default_factory=dict)  # run -> its seeds, the baseline first
+
+    @property
+    def baseline(self) -> list[JobRecord]:
+        return self.runs.get("baseline", [])
+
+    def split(self) -> str | None:
+        """The test split the table reports: the first the baseline (or any run) was scored on."""
+        for jobs in [self.baseline, *self.runs.values()]:
+            for job in jobs:
+                if job.result.get("scores"):
+                    return next(iter(job.result["scores"]))
+        return None
+
+
+def find_experiments(path: Path) -> list[Path]:
+    """RESULTS_DIR itself when it holds runs/, else each of its subdirectories that does."""
+    if not path.is_dir():
+        raise UserError(f"{path}: no such directory")
+    if (path / "runs").is_dir():
+        return [path]
+    found = sorted(p for p in path.iterdir() if (p / "runs").is_dir())
+    if not found:
+        raise UserError(f"{path}: no results found (expected <experiment>/runs/<run>/seed-<n>/result.json below it)")
+    return found
+
+
+def load_results(directory: Path) -> ExperimentResults:
+    """Every job with a result.json; runs in the order of summary.csv when there is one, the baseline first."""
+    runs: dict[str, list[JobRecord]] = {}
+    for run_dir in sorted((directory / "runs").iterdir()):
+        for seed_dir in sorted(run_dir.glob("seed-*"), key=_seed_number):
+            if ".stale-" in seed_dir.name or not (seed_dir / "result.json").is_file():
+                continue
+            try:
+                result = json.loads((seed_dir / "result.json").read_text(encoding="utf-8"))
+                config = yaml.safe_load((seed_dir / "config.yaml").read_text(encoding="utf-8")) or {}
+            except (OSError, ValueError, yaml.YAMLError) as error:
+                raise UserError(f"{seed_dir}: unreadable result: {error}") from None
+            runs.setdefault(run_dir.name, []).append(JobRecord(seed_dir, result, config))
+    order = ["baseline", *_summary_order(directory)]
+    ranked = sorted(runs, key=lambda r: (order.index(r) if r in order else len(order), r))
+    name = next((jobs[0].result.get("experiment") for jobs in runs.values() if jobs), None) or directory.name
+    return ExperimentResults(name, directory, {r: runs[r] for r in ranked})
+
+
+def _seed_number(path: Path) -> tuple[int, str]:
+    number = path.name.removeprefix("seed-").split(".")[0]
+    return (int(number), path.name) if number.isdigit() else (1 << 30, path.name)
+
+
+def _summary_order(directory: Path) -> list[str]:
+    with contextlib.suppress(OSError, pd.errors.ParserError, KeyError, pd.errors.EmptyDataError):
+        return list(pd.read_csv(directory / "summary.csv")["run"].astype(str))
+    return []
+
+
+def references(config: dict[str, Any], split: str) -> list[str]:
+    """The test split's reference translations, read from the corpus as the run read them."""
+    from ablate.data.corpus import CORPUS, data_dir
+
+    data = config["data"]
+    corpus = CORPUS.build(CORPUS.parse(data["corpus"]), root=data_dir(data.get("data_dir")))
+    pairs = corpus.read(split, data["source"], data["target"])
+    return [target for _, target in (pairs[: data["max_pairs"]] if data.get("max_pairs") else pairs)]
+
+
+def significance(exp: ExperimentResults, split: str, test: str) -> tuple[dict[str, float], str]:
+    """p-value of each run's BLEU difference from the baseline, and a note when it cannot be computed."""
+    from ablate.significance import paired_test
+
+    base = {j.result["seed"]: j for j in exp.baseline if j.ok}
+    if not base or test == "none":
+        return {}, ""
+    first = next(iter(base.values()))
+    try:
+        refs = references(first.config, split)
+    except UserError as error:
+        return (
+            {},
+            f"p not computed, the test references are not readable: {error.lines[0].split(': ')[0]}: missing "
+            "(point ABLATE_DATA_DIR at the corpora, or run: ablate data download multi30k)",
+        )
+    systems, baseline_hyps = {}, {}
+    for run, jobs in exp.runs.items():
+        seeds = [j for j in jobs if j.ok and j.result["seed"] in base and run != "baseline"]
+        hyps = [(j, j.hypotheses(split), base[j.result["seed"]].hypotheses(split)) for j in seeds]
+        hyps = [h for h in hyps if h[1] is not None and h[2] is not None]
+        if hyps:
+            key = tuple(j.result["seed"] for j, _, _ in hyps)
+            baseline_hyps.setdefault(key, [line for _, _, b in hyps for line in b])
+            systems[run] = (key, [line for _, h, _ in hyps for line in h])
+    lowercase = bool(first.config.get("evaluation", {}).get("lowercase", False))
+    p: dict[str, float] = {}
+    for key, base_lines in baseline_hyps.items():  # one test per set of shared seeds
+        group = {run: lines for run, (k, lines) in systems.items() if k == key}
+        p |= paired_test(base_lines, group, refs * len(key), lowercase, test)
+    return p, ""
+
+
+def _mean(values: list[float], digits: int = 2) -> float | None:
+    return round(statistics.fmean(values), digits) if values else None
+
+
+def report_frame(exp: ExperimentResults, test: str = "bs") -> tuple[pd.DataFrame, list[str]]:
+    """One row a run (numbers for csv), and notes to print under the table."""
+    split = exp.split()
+    p_values, note = significance(exp, split, test) if split else ({}, "")
+    notes = [note] if note else []
+
+    def bleu_of(jobs: list[JobRecord]) -> list[float]:
+        return [j.result["scores"][split]["bleu"] for j in jobs if j.ok and split in j.result.get("scores", {})]
+
+    def speed(jobs: list[JobRecord]) -> float | None:
+        rates = [j.result["train_src_tokens_per_s"] + j.result["train_tgt_tokens_per_s"] for j in jobs
+                 if "train_src_tokens_per_s" in j.result]  # fmt: skip
+        return _mean(rates, 0)
+
+    base_bleu, base_speed = _mean(bleu_of(exp.baseline)), speed(exp.baseline)
+    rows = []
+    for run, jobs in exp.runs.items():
+        ok = [j for j in jobs if j.ok]
+        bleu = bleu_of(jobs)
+        mean = _mean(bleu)
+        rate = speed(jobs)
+        decode = [j.result["decode_sentences_per_s"] for j in ok if "decode_sentences_per_s" in j.result]
+        rows.append({
+            "run": run, "differs": jobs[0].result.get("describe", "-"), "params": jobs[0].result.get("params"),
+            "BLEU": mean, "BLEU std": round(statistics.stdev(bleu), 2) if len(bleu) > 1 else None, "n": len(bleu),
+            "ΔBLEU": None if mean is None or base_bleu is None or run == "baseline" else round(mean - base_bleu, 2),
+            "p": p_values.get(run),
+            "chrF": _mean([j.result["scores"][split]["chrf"] for j in ok if split in j.result.get("scores", {})]),
+            "valid loss": _mean([j.result["valid_loss"] for j in ok if "valid_loss" in j.result], 3),
+            "valid ppl": _mean([j.result["valid_ppl"] for j in ok if "valid_ppl" in j.result]),
+            "train tok/s": rate, "tok/s vs baseline": round(rate / base_speed, 2) if rate and base_speed else None,
+            "decode sent/s": _mean(decode, 1),
+            "peak MiB": _mean([j.result["peak_memory_mib"] for j in jobs if "peak_memory_mib" in j.result], 1),
+            "wall s": _mean([j.result["wall_seconds"] for j in jobs if "wall_seconds" in j.result], 1),
+            "status": _status([j.result.get("status", "?") for j in jobs]),
+        })  # fmt: skip
+    if split:
+        notes.insert(0, f"BLEU and chrF on {split}: {_signature(exp, split)}")
+    if p_values:
+        notes.append(f"p: paired {'bootstrap resampling' if test == 'bs' else 'approximate randomisation'} "
+                     "against the baseline (sacreBLEU), seed-matched hypotheses concatenated")  # fmt: skip
+    return pd.DataFrame(rows, columns=COLUMNS, dtype=object), notes
+
+
+def _status(statuses: list[str]) -> str:
+    """`completed`, or `2 completed, 1 diverged` when the seeds of a run ended differently."""
+    if len(set(statuses)) == 1:
+        return statuses[0]
+    return ", ".join(f"{statuses.count(s)} {s}" for s in dict.fromkeys(statuses))
+
+
+def _signature(exp: ExperimentResults, split: str) -> str:
+    for jobs in exp.runs.values():
+        for j in jobs:
+            if j.ok and split in j.result.get("scores", {}):
+                return j.result["scores"][split].get("bleu_signature", "?")
+    return "?"
+
+
+def select(frame: pd.DataFrame, columns: list[str] | None, sort: str | None, reverse: bool) -> pd.DataFrame:
+    """Chosen columns (run first), sorted on one; scores sort best first."""
+    for name in [*(columns or []), *([sort] if sort else [])]:
+        if name not in frame.columns:
+            raise UserError(f"--columns/--sort: no column '{name}'{did_you_mean(name, frame.columns)} "
+                            f"(columns: {', '.join(frame.columns)})")  # fmt: skip
+    if sort:
+        descending = (sort in HIGHER_IS_BETTER) != reverse
+        records = frame.to_dict("records")
+        present = sorted((r for r in records if r[sort] is not None), key=lambda r: r[sort], reverse=descending)
+        missing = [r for r in records if r[sort] is None]  # diverged, failed: last either way
+        frame = pd.DataFrame(present + missing, columns=frame.columns, dtype=object)
+    if columns:
+        frame = frame[list(dict.fromkeys(["run", *columns]))]
+    return frame
+
+
+def cell(column: str, value: Any, row: dict[str, Any]) -> str:
+    """A value as a reader sees it: BLEU with its spread, signed differences, ratios, thousands."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "-"
+    if column == "BLEU" and row.get("BLEU std") is not None:
+        return f"{value:.2f} ± {row['BLEU std']:.2f}"
+    if column == "ΔBLEU":
+        return f"{value:+.2f}".replace("-", "−")  # a minus sign, not a hyphen
+    if column == "p":
+        return "< 0.001" if value < 0.001 else f"{value:.3f}"
+    if column == "tok/s vs baseline":
+        return f"{value:.2f}×"
+    if isinstance(value, float) and column in ("BLEU", "BLEU std", "chrF", "valid ppl"):
+        return f"{value:.2f}"
+    if isinstance(value, float) and column == "valid loss":
+        return f"{value:.3f}"
+    if isinstance(value, int | float) and not isinstance(value, bool) and column in ("params", "train tok/s"):
+        return f"{value:,.0f}"
+    return str(value)
+
+
+def display(frame: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
+    """Header and cells for people; the std column is folded into BLEU."""
+    columns = [c for c in frame.columns if c != "BLEU std" or "BLEU" not in frame.columns]
+    rows = []
+    for record in frame.to_dict("records"):
+        rows.append([cell(c, record[c], record) for c in columns])
+    return columns, rows
+
+
+def to_markdown(frame: pd.DataFrame) -> str:
+    columns, rows = display(frame)
+    lines = ["| " + " | ".join(columns) + " |", "|" + "".join("---|" if c in ("run", "differs", "status")
+             else "--:|" for c in columns)]  # fmt: skip
+    lines += ["| " + " | ".join(r) + " |" for r in rows]
+    return "\n".join(lines) + "\n"
+
+
+LATEX_ESCAPES = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_",
+                 "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}"}  # fmt: skip
+LATEX_SYMBOLS = {"±": r"$\pm$", "Δ": r"$\Delta$", "×": r"$\times$", "−": r"$-$", "<": r"$<$", ">": r"$>$"}
+
+
+def latex_escape(text: str) -> str:
+    out = "".join(LATEX_ESCAPES.get(ch, ch) for ch in text)
+    for symbol, command in LATEX_SYMBOLS.items():
+        out = out.replace(symbol, command)
+    return out
+
+
+def to_latex(frame: pd.DataFrame) -> str:
+    """A booktabs tabular, ready for \\input inside a table environment (needs \\usepackage{booktabs})."""
+    columns, rows = display(frame)
+    align = "".join("l" if c in ("run", "differs", "status") else "r" for c in columns)
+    lines = [f"\\begin{{tabular}}{{{align}}}", r"\toprule", " & ".join(latex_escape(c) for c in columns) + r" \\",
+             r"\midrule"]  # fmt: skip
+    lines += [" & ".join(latex_escape(v) for v in r) + r" \\" for r in rows]
+    lines += [r"\bottomrule", r"\end{tabular}"]
+    return "\n".join(lines) + "\n"
+
+
+def to_html(frame: pd.DataFrame, title: str, notes: list[str]) -> str:
+    columns, rows = display(frame)
+    head = "".join(f"<th>{html.escape(c)}</th>" for c in columns)
+    body = "\n".join("<tr>" + "".join(f"<td>{html.escape(v)}</td>" for v in r) + "</tr>" for r in rows)
+    caption = html.escape(title) + "".join(f"<br><small>{html.escape(n)}</small>" for n in notes)
+    return (f'<table class="ablate">\n<caption>{caption}</caption>\n<thead><tr>{head}</tr></thead>\n'
+            f"<tbody>\n{body}\n</tbody>\n</table>\n")  # fmt: skip
+
+
+def to_csv(frame: pd.DataFrame) -> str:
+    return frame.to_csv(index=False)
+
+
+def render(fmt: str, frame: pd.DataFrame, title: str, notes: list[str]) -> str:
+    """The table in a file format, with its title and notes where the format has room for them."""
+    if fmt == "md":
+        return f"## {title}\n\n{to_markdown(frame)}\n" + "".join(f"{note}  \n" for note in notes)
+    if fmt == "latex":
+        return f"% {title}\n" + "".join(f"% {note}\n" for note in notes) + to_latex(frame)
+    if fmt == "html":
+        return to_html(frame, title, notes)
+    return to_csv(frame)
+
+
+FILES = {"md": "table.md", "csv": "table.csv", "latex": "table.tex", "html": "table.html"}
+
+
+def cards(exp: ExperimentResults) -> str:
+    """Each run's card: where its resolved spec departs from the paper's base model (Vaswani et al. 2017)."""
+    lines = [f"# Run cards: {exp.name}", "", "Where each run departs from the paper's base model "
+             "(Vaswani et al. 2017); anything not listed is as in the paper.", ""]  # fmt: skip
+    for run, jobs in exp.runs.items():
+        lines.append(f"## {run}" + (f" ({jobs[0].result.get('describe')})" if run != "baseline" else ""))
+        lines.append("")
+        lines += [f"- `{key}`: {this} (paper: {paper}, {where})" for key, paper, this, where in
+                  paper_differences(jobs[0].config)] or ["- nothing: this is the paper's base model"]  # fmt: skip
+        lines.append("")
+    return "\n".join(lines)

@@ -1,0 +1,197 @@
+"""`ablate report` on a results directory made by a real short run: every format, significance, cards, plots."""
+
+import csv
+import io
+import random
+import re
+import shutil
+import subprocess
+import sys
+from html.parser import HTMLParser
+
+import pytest
+
+from ablate.paper import PAPER_BASE, paper_differences, value_at
+from ablate.report import load_results, report_frame
+from ablate.significance import paired_test
+from tests.conftest import ROOT, cli
+
+SPLIT = "test_2016_flickr"
+
+
+@pytest.fixture(scope="module")
+def results(tmp_path_factory):
+    """smoke's baseline and pre_ln with 2 seeds each, and a variant that diverges."""
+    root = tmp_path_factory.mktemp("report")
+    spec = root / "e.yaml"
+    spec.write_text(f"""
+name: rep
+extends: {ROOT / "experiments" / "smoke.yaml"}
+training: {{max_steps: 60, validate_every: 30}}
+variants:
+  pre_ln: {{model.norm_placement: pre_ln}}
+  explodes: {{training.schedule: {{name: constant, lr: 1.0e+4}}}}
+""")  # fmt: skip
+    run = cli("run", str(spec), "--seeds", "2", "--results", str(root / "results"))
+    assert run.returncode == 0, run.stderr
+    return root / "results" / "rep"
+
+
+def report(results, *args):
+    run = cli("report", str(results), *args)
+    assert run.returncode == 0, run.stderr
+    return run.stdout
+
+
+def test_markdown_has_every_column_mean_and_std_and_no_numbers_for_a_diverged_run(results):
+    text = report(results, "--format", "md", "--no-files")
+    header, _, *rows = [line for line in text.splitlines() if line.startswith("|")]
+    assert header.split(" | ")[1:4] == ["differs", "params", "BLEU"]
+    for column in ["n", "ΔBLEU", "p", "chrF", "valid loss", "valid ppl", "tok/s vs baseline", "decode sent/s",
+                   "peak MiB", "wall s", "status"]:  # fmt: skip
+        assert f" {column} |" in header
+    cells = {row.split(" | ")[0].strip("| "): row.split(" | ") for row in rows}
+    assert re.fullmatch(r"\d+\.\d\d ± \d+\.\d\d", cells["baseline"][3])
+    assert cells["explodes"][3] == "-" and cells["explodes"][-1].strip(" |") == "diverged"
+    assert "nrefs:1|case:mixed" in text
+
+
+def test_csv_numbers_match_the_result_files(results):
+    rows = {r["run"]: r for r in csv.DictReader(io.StringIO(report(results, "--format", "csv", "--no-files")))}
+    exp = load_results(results)
+    for run in ("baseline", "pre_ln"):
+        bleu = [j.result["scores"][SPLIT]["bleu"] for j in exp.runs[run]]
+        assert len(bleu) == 2 and float(rows[run]["BLEU"]) == pytest.approx(sum(bleu) / 2, abs=0.006)
+        assert rows[run]["n"] == "2" and rows[run]["experiment"] == "rep"
+    delta = float(rows["pre_ln"]["BLEU"]) - float(rows["baseline"]["BLEU"])
+    assert float(rows["pre_ln"]["ΔBLEU"]) == pytest.approx(delta, abs=0.011)
+    assert rows["explodes"]["BLEU"] == "" and rows["explodes"]["status"] == "diverged"
+    assert float(rows["baseline"]["tok/s vs baseline"]) == 1.0
+
+
+def test_latex_is_a_booktabs_table_body(results):
+    tex = report(results, "--format", "latex", "--no-files")
+    body = [line for line in tex.splitlines() if not line.startswith("%")]
+    assert body[0].startswith(r"\begin{tabular}{") and body[-1] == r"\end{tabular}"
+    assert body[1] == r"\toprule" and body[3] == r"\midrule" and body[-2] == r"\bottomrule"
+    columns = len(re.match(r"\\begin\{tabular\}\{(\w+)\}", body[0]).group(1))
+    for line in [body[2], *body[4:-2]]:
+        assert line.endswith(r" \\")
+        cells = line[: -len(r" \\")].split(" & ")
+        assert len(cells) == columns, line
+        for c in cells:
+            assert c.count("$") % 2 == 0 and c.count("{") == c.count("}"), c
+            assert not re.search(r"(?<!\\)[_%#&]|[±×Δ−]", c), c  # escaped, and no bare Unicode symbols
+    assert r"$\Delta$BLEU" in body[2] and r"$\pm$" in tex
+    if shutil.which("pdflatex"):  # compile it where TeX is installed
+        doc = results.parent / "t.tex"
+        doc.write_text("\\documentclass{article}\\usepackage{booktabs}\\begin{document}\n" + tex + "\\end{document}\n")
+        subprocess.run(["pdflatex", "-interaction=nonstopmode", doc.name], cwd=doc.parent, check=True,
+                       capture_output=True)  # fmt: skip
+
+
+def test_html_is_one_table_with_a_row_per_run(results):
+    class Cells(HTMLParser):
+        def __init__(self):
+            super().__init__()
+            self.rows, self.tags = [], []
+
+        def handle_starttag(self, tag, attrs):
+            if tag == "br":
+                return  # a void element: no end tag
+            self.tags.append(tag)
+            if tag == "tr":
+                self.rows.append([])
+
+        def handle_data(self, data):
+            if self.tags and self.tags[-1] in ("td", "th"):
+                self.rows[-1].append(data)
+
+        def handle_endtag(self, tag):
+            assert self.tags.pop() == tag
+
+    parser = Cells()
+    parser.feed(report(results, "--format", "html", "--no-files"))
+    assert not parser.tags  # every tag closed
+    assert [r[0] for r in parser.rows] == ["run", "baseline", "pre_ln", "explodes"]
+
+
+def test_terminal_output_and_files_next_to_the_tables(results):
+    text = report(results)
+    assert "ΔBLEU" in text and "baseline" in text and "diverged" in text and "\x1b[" not in text
+    folder = results / "report"
+    for name in ["table.md", "table.csv", "table.tex", "table.html", "cards.md"]:
+        assert (folder / name).is_file(), name
+    for name in ["curves.png", "curves.svg", "bleu.png", "bleu.svg"]:  # matplotlib is in the test extra
+        assert (folder / name).stat().st_size > 1000, name
+
+
+def test_columns_and_sort(results):
+    text = report(results, "--format", "csv", "--no-files", "--columns", "BLEU,status", "--sort", "BLEU")
+    rows = list(csv.DictReader(io.StringIO(text)))
+    assert list(rows[0]) == ["experiment", "run", "BLEU", "status"]
+    bleu = [float(r["BLEU"]) for r in rows if r["BLEU"]]
+    assert bleu == sorted(bleu, reverse=True) and rows[-1]["run"] == "explodes"  # no number: last
+    bad = cli("report", str(results), "--columns", "BLUE")
+    assert bad.returncode == 2 and bad.stderr.startswith("--columns/--sort: no column 'BLUE'; did you mean 'BLEU'?")
+
+
+def test_report_needs_results_not_torch(results):
+    code = ("import sys; from ablate.cli import main; "
+            f"main(['report', {str(results)!r}, '--no-files']); assert 'torch' not in sys.modules")  # fmt: skip
+    run = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+
+
+def test_p_values_come_from_seed_matched_paired_hypotheses(results):
+    exp = load_results(results)
+    frame, notes = report_frame(exp, "bs")
+    p = dict(zip(frame["run"], frame["p"], strict=True))
+    assert p["baseline"] is None and p["explodes"] is None
+    refs = _references(exp)
+    base = [h for j in exp.runs["baseline"] for h in j.hypotheses(SPLIT)]
+    pre_ln = [h for j in exp.runs["pre_ln"] for h in j.hypotheses(SPLIT)]
+    assert p["pre_ln"] == paired_test(base, {"pre_ln": pre_ln}, refs * 2, lowercase=False)["pre_ln"]
+    assert any("paired bootstrap" in n for n in notes)
+
+
+def _references(exp):
+    from ablate.report import references
+
+    return references(exp.runs["baseline"][0].config, SPLIT)
+
+
+def test_paired_test_tells_a_real_difference_from_noise():
+    """Two systems of the same quality (different random errors) against one that is clearly better."""
+    rng = random.Random(0)
+    words = ["the", "a", "cat", "dog", "sat", "stood", "on", "near", "mat", "rug", "red", "blue", "big", "small"]
+    refs = [" ".join(rng.choice(words) for _ in range(10)) for _ in range(300)]
+
+    def noisy(sentence, keep):
+        return " ".join(w if rng.random() < keep else rng.choice(words) for w in sentence.split())
+
+    a, b, good = [noisy(r, 0.6) for r in refs], [noisy(r, 0.6) for r in refs], [noisy(r, 0.9) for r in refs]
+    for test in ("bs", "ar"):
+        p = paired_test(a, {"b": b, "good": good}, refs, lowercase=False, test=test)
+        assert p["b"] > 0.05 and p["good"] < 0.01, (test, p)
+    with pytest.raises(ValueError, match="hypotheses for"):
+        paired_test(a, {"short": b[:10]}, refs, lowercase=False)
+
+
+def test_cards_list_departures_from_the_paper(results):
+    report(results)
+    cards = (results / "report" / "cards.md").read_text()
+    baseline = cards.split("## baseline")[1].split("## ")[0]
+    assert "- `model.d_model`: 32 (paper: 512, Table 3, base)" in baseline
+    assert "norm_placement" not in baseline
+    pre_ln = cards.split("## pre_ln")[1].split("## ")[0]
+    assert "- `model.norm_placement`: pre_ln (paper: post_ln, §3.1, LayerNorm(x + Sublayer(x)))" in pre_ln
+
+
+def test_the_paper_base_is_what_the_spec_defaults_and_paper_recipe_say():
+    from ablate.experiment import load_experiment
+
+    config = load_experiment(ROOT / "experiments" / "paper" / "base.yaml").baseline.spec.model_dump(mode="json")
+    assert paper_differences(config) == []
+    for key in PAPER_BASE:
+        assert value_at(config, key) is not None, key
