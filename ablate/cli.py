@@ -162,7 +162,6 @@ def cmd_validate(args: argparse.Namespace) -> int:
 def cmd_run(args: argparse.Namespace) -> int:
     from ablate.experiment import parse_overrides
     from ablate.runner import Interrupted, Options, sweep
-    from ablate.summary import display_frame, summary_frame
 
     experiments = _load_all(args.files, args.overrides)
     only = [name for item in args.only for name in item.split(",") if name]
@@ -185,14 +184,14 @@ def cmd_run(args: argparse.Namespace) -> int:
     failed = []
     for experiment in experiments:
         try:
-            rows = sweep(experiment, options, out)
+            rows, frame, notes = sweep(experiment, options, out)
         except Interrupted:
             print(f"interrupted: checkpoints saved; to resume, run the same command again: ablate run "
                   f"{' '.join(args.files)} ...", file=sys.stderr)  # fmt: skip
             return 130
         if not rows:
             continue  # a rank other than 0 under torchrun, or jobs left running on the cluster
-        print_table(out, f"{experiment.name}: {experiment.description}", display_frame(summary_frame(rows)))
+        print_report(out, f"{experiment.name}: {experiment.description}", frame, notes)
         out.print(f"written: {args.results / experiment.name / 'summary.md'} and summary.csv", highlight=False)
         failed += [f"{experiment.name}/{r['run']}/seed-{r['seed']}: {r.get('error', '')}"
                    for r in rows if r["status"] == "failed"]  # fmt: skip
@@ -295,12 +294,12 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def print_report(out: Console, title: str, frame, notes: list[str]) -> None:
-    from ablate.report import display
+    from ablate.report import TEXT_COLUMNS, display
 
     columns, rows = display(frame)
     table = Table(title=title, title_justify="left")
     for column in columns:
-        table.add_column(column, justify="left" if column in ("run", "differs", "status") else "right")
+        table.add_column(column, justify="left" if column in TEXT_COLUMNS else "right")
     for row in rows:
         table.add_row(*row)
     out.print(table)
@@ -320,15 +319,6 @@ def cmd_check(args: argparse.Namespace) -> int:
         print(f"check failed: {', '.join(failed)}", file=sys.stderr)
         return 1
     return 0
-
-
-def print_table(out: Console, title: str, frame) -> None:
-    table = Table(title=title, title_justify="left")
-    for column in frame.columns:
-        table.add_column(column, justify="left" if column in ("run", "differs", "status") else "right")
-    for row in frame.astype(object).itertuples(index=False):
-        table.add_row(*["-" if v is None or v != v else f"{v:,}" if isinstance(v, int) else str(v) for v in row])
-    out.print(table)
 
 
 def cmd_data(args: argparse.Namespace) -> int:

@@ -46,6 +46,8 @@ def write_plots(exp: ExperimentResults, directory: Path) -> list[Path]:
     matplotlib.use("Agg")  # files only, no display
     import matplotlib.pyplot as plt
 
+    plt.rcParams["svg.hashsalt"] = "ablate"  # the same figure gives the same SVG: no churn in git
+
     written = []
     fig, axes = plt.subplots(2, 2, figsize=(11, 7.5), sharey="row")
     for run, jobs in exp.runs.items():
@@ -71,7 +73,7 @@ def write_plots(exp: ExperimentResults, directory: Path) -> list[Path]:
     fig.suptitle(f"{exp.name}: learning curves (bands: min to max over seeds)")
     fig.tight_layout()
     for suffix in ("png", "svg"):
-        fig.savefig(directory / f"curves.{suffix}", dpi=150)
+        fig.savefig(directory / f"curves.{suffix}", dpi=150, metadata={"Date": None} if suffix == "svg" else None)
         written.append(directory / f"curves.{suffix}")
     plt.close(fig)
 
@@ -92,7 +94,7 @@ def write_plots(exp: ExperimentResults, directory: Path) -> list[Path]:
         ax.tick_params(axis="x", rotation=30)
         fig.tight_layout()
         for suffix in ("png", "svg"):
-            fig.savefig(directory / f"bleu.{suffix}", dpi=150)
+            fig.savefig(directory / f"bleu.{suffix}", dpi=150, metadata={"Date": None} if suffix == "svg" else None)
             written.append(directory / f"bleu.{suffix}")
         plt.close(fig)
     return written

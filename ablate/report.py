@@ -24,8 +24,10 @@ from ablate.errors import UserError, did_you_mean
 from ablate.paper import paper_differences
 
 COLUMNS = ["run", "differs", "params", "BLEU", "BLEU std", "n", "ΔBLEU", "p", "chrF", "valid loss", "valid ppl",
-           "train tok/s", "tok/s vs baseline", "decode sent/s", "peak MiB", "wall s", "status"]  # fmt: skip
+           "train tok/s", "tok/s vs baseline", "decode sent/s", "peak MiB", "wall s", "device", "GPUs", "precision",
+           "status", "note"]  # fmt: skip
 FORMATS = ("terminal", "md", "csv", "latex", "html")
+TEXT_COLUMNS = {"run", "differs", "device", "precision", "status", "note"}  # left-aligned; the rest are numbers
 HIGHER_IS_BETTER = {"BLEU", "ΔBLEU", "chrF", "train tok/s", "tok/s vs baseline", "decode sent/s", "n"}
 
 
@@ -72,6 +74,14 @@ class ExperimentResults:
                 if job.result.get("scores"):
                     return next(iter(job.result["scores"]))
         return None
+
+
+def from_records(name: str, directory: Path, records: list[dict[str, Any]]) -> ExperimentResults:
+    """Results a sweep holds in memory (one record a job, the baseline's first), as if read from files."""
+    exp = ExperimentResults(name, directory)
+    for record in records:
+        exp.runs.setdefault(record["run"], []).append(JobRecord(directory, record, {}))
+    return exp
 
 
 def find_experiments(path: Path) -> list[Path]:
@@ -197,14 +207,24 @@ def report_frame(exp: ExperimentResults, test: str = "bs") -> tuple[pd.DataFrame
             "decode sent/s": _mean(decode, 1),
             "peak MiB": _mean([j.result["peak_memory_mib"] for j in jobs if "peak_memory_mib" in j.result], 1),
             "wall s": _mean([j.result["wall_seconds"] for j in jobs if "wall_seconds" in j.result], 1),
+            "device": ", ".join(dict.fromkeys(j.result["device"] for j in jobs if "device" in j.result)) or None,
+            "GPUs": max((j.result.get("gpus", 0) for j in jobs), default=0),
+            "precision": ", ".join(dict.fromkeys(j.result["precision"] for j in jobs if "precision" in j.result))
+            or None,
             "status": _status([j.result.get("status", "?") for j in jobs]),
+            "note": "; ".join(dict.fromkeys(j.result["note"] for j in jobs if j.result.get("note"))) or None,
         })  # fmt: skip
     if split:
         notes.insert(0, f"BLEU and chrF on {split}: {_signature(exp, split)}")
     if p_values:
         notes.append(f"p: paired {'bootstrap resampling' if test == 'bs' else 'approximate randomisation'} "
                      "against the baseline (sacreBLEU), seed-matched hypotheses concatenated")  # fmt: skip
-    return pd.DataFrame(rows, columns=COLUMNS, dtype=object), notes
+    frame = pd.DataFrame(rows, columns=COLUMNS, dtype=object)
+    if frame["note"].isna().all():  # a re-run after a spec change says so; otherwise no column
+        frame = frame.drop(columns="note")
+    if test == "none":
+        frame = frame.drop(columns="p")
+    return frame, notes
 
 
 def _status(statuses: list[str]) -> str:
@@ -271,8 +291,7 @@ def display(frame: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
 
 def to_markdown(frame: pd.DataFrame) -> str:
     columns, rows = display(frame)
-    lines = ["| " + " | ".join(columns) + " |", "|" + "".join("---|" if c in ("run", "differs", "status")
-             else "--:|" for c in columns)]  # fmt: skip
+    lines = ["| " + " | ".join(columns) + " |", "|" + "".join("---|" if c in TEXT_COLUMNS else "--:|" for c in columns)]
     lines += ["| " + " | ".join(r) + " |" for r in rows]
     return "\n".join(lines) + "\n"
 
@@ -292,7 +311,7 @@ def latex_escape(text: str) -> str:
 def to_latex(frame: pd.DataFrame) -> str:
     """A booktabs tabular, ready for \\input inside a table environment (needs \\usepackage{booktabs})."""
     columns, rows = display(frame)
-    align = "".join("l" if c in ("run", "differs", "status") else "r" for c in columns)
+    align = "".join("l" if c in TEXT_COLUMNS else "r" for c in columns)
     lines = [f"\\begin{{tabular}}{{{align}}}", r"\toprule", " & ".join(latex_escape(c) for c in columns) + r" \\",
              r"\midrule"]  # fmt: skip
     lines += [" & ".join(latex_escape(v) for v in r) + r" \\" for r in rows]

@@ -27,8 +27,7 @@ from ablate.errors import UserError
 from ablate.experiment import Experiment
 from ablate.job import LOG, RESULT, Job, RunLock, checkpoint_step, stored_hash
 from ablate.progress import SweepView
-from ablate.results import read_json, write_json
-from ablate.summary import summary_frame, write_summary
+from ablate.results import read_json, write_json, write_text
 from ablate.worker import EXIT_BUSY, EXIT_INTERRUPTED, EXIT_USER_ERROR
 
 DONE = ("completed", "diverged")  # a divergence is a result, not a failure: it is not run again
@@ -303,10 +302,20 @@ def collect(planned: list[Planned], fresh: dict[str, dict[str, Any]]) -> list[di
     return rows
 
 
-def write_results(experiment: Experiment, results: Path, planned: list[Planned], fresh: dict) -> list[dict]:
+Summary = tuple[list[dict[str, Any]], Any, list[str]]  # result records in plan order, the table, its notes
+
+
+def write_results(experiment: Experiment, results: Path, planned: list[Planned], fresh: dict) -> Summary:
+    """summary.md and summary.csv: the report's table of every job, without significance tests."""
+    from ablate.report import from_records, render, report_frame
+
     rows = collect(planned, fresh)
-    write_summary(results / experiment.name, summary_frame(rows))
-    return rows
+    root = results / experiment.name
+    frame, notes = report_frame(from_records(experiment.name, root, rows), test="none")
+    title = f"{experiment.name}: {experiment.description}"
+    write_text(root / "summary.md", render("md", frame, title, notes))
+    write_text(root / "summary.csv", render("csv", frame, title, notes))
+    return rows, frame, notes
 
 
 @dataclass
@@ -325,8 +334,8 @@ class Options:
     wait: bool = True
 
 
-def sweep(experiment: Experiment, options: Options, view_console) -> list[dict[str, Any]]:
-    """Plans, trains and collects one experiment; returns one result record per job, in plan order."""
+def sweep(experiment: Experiment, options: Options, view_console) -> Summary:
+    """Plans, trains and collects one experiment; returns its records and table (none on ranks above 0)."""
     from ablate import distributed
     from ablate.experiment import SlurmSpec
 
@@ -372,7 +381,7 @@ def sweep(experiment: Experiment, options: Options, view_console) -> list[dict[s
             say(f"submitted {len(handles)} job(s): {', '.join(str(h.job_id) for h in handles)}", highlight=False)
             if not options.wait:
                 say("not waiting (--no-wait): once they have ended, run the same command again to collect them")
-                return []
+                return [], None, []
             fresh_results = slurm.wait(jobs, handles, view)
     except Interrupted:
         view.close()
@@ -382,7 +391,7 @@ def sweep(experiment: Experiment, options: Options, view_console) -> list[dict[s
     finally:
         view.close()
     if not rank0:
-        return []
+        return [], None, []
     return write_results(experiment, options.results, planned, fresh_results)
 
 

@@ -6,8 +6,9 @@ import math
 
 from tests.conftest import ROOT, cli
 
-COLUMNS = ["run", "differs", "params", "BLEU", "BLEU std", "n", "chrF", "valid loss", "train tok/s (src/tgt)",
-           "step ms", "decode sent/s", "peak MiB", "wall s", "device", "GPUs", "precision", "status"]  # fmt: skip
+COLUMNS = ["run", "differs", "params", "BLEU", "BLEU std", "n", "ΔBLEU", "chrF", "valid loss", "valid ppl",
+           "train tok/s", "tok/s vs baseline", "decode sent/s", "peak MiB", "wall s", "device", "GPUs", "precision",
+           "status"]  # fmt: skip
 
 
 def test_smoke_writes_every_file_and_column(tmp_path):
