@@ -105,7 +105,8 @@ def measure(ref: Reference, spec: dict[str, Any], plugins: list[str], work: Path
     """Trains the reference's baseline in a worker process; returns its result.json and validation losses."""
     from ablate.job import Job, config_hash
     from ablate.progress import SweepView
-    from ablate.runner import Resources, prepare_data, run_local
+    from ablate.runner import prepare_data
+    from ablate.scheduler import Resources, run_local
 
     directory = work / ref.name / "runs" / "baseline" / "seed-1"
     job = Job(f"check-{ref.name}", "baseline", spec["training"]["seed"], directory, spec, {}, "-", plugins,
@@ -193,7 +194,9 @@ def check(path: Path, update: bool, keep: Path | None, named: bool, out) -> bool
     if ref.status != "measured" and not update:
         out.print(f"{path}: {ref.name}: not yet measured; to measure it: ablate check --update {path}", highlight=False)
         return not named  # asked for by name, it cannot pass
-    if ref.device == "cuda" and not _cuda():
+    from ablate.scheduler import cuda_available
+
+    if ref.device == "cuda" and not cuda_available():
         out.print(f"{path}: {ref.name}: made on a GPU and none is visible here; skipped", highlight=False)
         return not named
     if update:
@@ -227,9 +230,3 @@ def check(path: Path, update: bool, keep: Path | None, named: bool, out) -> bool
         table.add_row(name, expected, got, tolerance, "ok" if ok else "OUTSIDE")
     out.print(table)
     return all(row[4] for row in rows)
-
-
-def _cuda() -> bool:
-    import torch
-
-    return torch.cuda.is_available()

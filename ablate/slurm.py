@@ -43,7 +43,7 @@ def settings(spec: SlurmSpec, flags: dict[str, Any]) -> SlurmSpec:
 
 def run_task(directory: str) -> int:
     """One array task: the run's worker, to its end; its exit code (see ablate.worker) is the task's result."""
-    from ablate.runner import start_worker
+    from ablate.scheduler import start_worker
 
     return start_worker(Job.load(Path(directory))).wait()
 
@@ -66,7 +66,7 @@ def submit(jobs: list[Job], settings: SlurmSpec, folder: Path, launcher: str) ->
 
 def wait(jobs: list[Job], handles: list[Any], view: SweepView) -> dict[str, dict[str, Any]]:
     """Follows the array until every task has ended; returns each job's result by label."""
-    from ablate.runner import outcome
+    from ablate.scheduler import outcome
 
     pending = dict(zip(handles, jobs, strict=True))
     for job in jobs:
