@@ -116,8 +116,11 @@ class SweepView:
     def started(self, job: Job, from_step: int = 0) -> None:
         active = Active(job, self.steps.get(job.label), first_step=from_step)
         self.active[job.label] = active
+        if self.total_steps is not None:  # a resumed job has only the rest of its steps to train
+            self.total_steps -= from_step
         where = "cpu" if not job.gpus else f"{job.gpus} GPU(s)"
         if self.progress is not None:
+            self.progress.update(self.overall, total=self.total_steps)
             active.task = self.progress.add_task(f"  {job.label}", total=active.total, info="starting")
         self.say(f"{job.label}: started on {where}{f' ({job.note})' if job.note else ''}")
 
