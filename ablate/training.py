@@ -23,12 +23,6 @@ from ablate.schedules import SCHEDULE
 from ablate.spec import TrainingSpec
 
 
-def resolve_device(name: str) -> torch.device:
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(name)
-
-
 def autocast(device: torch.device, precision: str) -> Any:
     """bf16 autocast on CUDA (precision auto or bf16); fp32 everywhere else."""
     if device.type == "cuda" and precision in ("auto", "bf16"):
