@@ -8,7 +8,6 @@ it was measured in. `--update` measures it again and rewrites it: on purpose onl
 from __future__ import annotations
 
 import contextlib
-import json
 import platform
 import subprocess
 import tempfile
@@ -19,7 +18,8 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from ablate.errors import UserError, did_you_mean
+from ablate.errors import SpecError, UserError, did_you_mean
+from ablate.rundir import Status
 
 REFERENCES = Path("results") / "reference"
 
@@ -91,22 +91,22 @@ def find(names: list[str], root: Path = REFERENCES) -> list[Path]:
 
 
 def load(path: Path) -> Reference:
+    from ablate.specfile import read_yaml
+
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-        return Reference.model_validate(data)
-    except yaml.YAMLError as error:
-        raise UserError(f"{path}: not valid YAML: {error}") from None
+        return Reference.model_validate(read_yaml(path))
     except ValidationError as error:
-        first = error.errors()[0]
-        raise UserError(f"{path}: {'.'.join(map(str, first['loc']))}: {first['msg']}") from None
+        raise SpecError.of(error, path, Reference) from None
 
 
 def measure(ref: Reference, spec: dict[str, Any], plugins: list[str], work: Path, console) -> dict[str, Any]:
     """Trains the reference's baseline in a worker process; returns its result.json and validation losses."""
-    from ablate.job import Job, config_hash
+    from ablate.devices import Resources
+    from ablate.job import Job
+    from ablate.launchers.local import LocalLauncher
     from ablate.progress import SweepView
+    from ablate.rundir import config_hash, read_metrics
     from ablate.runner import prepare_data
-    from ablate.scheduler import Resources, run_local
 
     directory = work / ref.name / "runs" / "baseline" / "seed-1"
     job = Job(f"check-{ref.name}", "baseline", spec["training"]["seed"], directory, spec, {}, "-", plugins,
@@ -115,15 +115,11 @@ def measure(ref: Reference, spec: dict[str, Any], plugins: list[str], work: Path
     prepare_data([job])
     view = SweepView(console, [job])
     try:
-        result = run_local([job], Resources([0] if ref.device == "cuda" else []), view)[job.label]
+        result = LocalLauncher(Resources([0] if ref.device == "cuda" else [])).launch([job], view)[job.label]
     finally:
         view.close()
-    losses = {r["step"]: r["valid_loss"] for r in _records(job.directory / "metrics.jsonl") if "valid_loss" in r}
+    losses = {r["step"]: r["valid_loss"] for r in read_metrics(job.directory) if "valid_loss" in r}
     return result | {"valid_losses": losses}
-
-
-def _records(path: Path) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
 
 
 def compare(ref: Reference, measured: dict[str, Any]) -> list[tuple[str, str, str, str, bool]]:
@@ -169,6 +165,16 @@ def resolve_source(ref: Reference) -> tuple[dict[str, Any], list[str]]:
     return experiment.baseline.spec.model_dump(mode="json"), experiment.plugins
 
 
+def _normalised(spec: dict[str, Any], plugins: list[str]) -> dict[str, Any]:
+    """A stored spec as the spec reads it today: keys added since (with their defaults) filled in."""
+    from ablate.spec import RunSpec
+    from ablate.specfile import load_plugin
+
+    for i, plugin in enumerate(plugins):
+        load_plugin(plugin, REFERENCES / "plugins", ("plugins", i))
+    return RunSpec.model_validate(spec).model_dump(mode="json")
+
+
 def expected_from(result: dict[str, Any], spec: dict[str, Any]) -> Expected:
     split = spec["data"]["test"][0]
     score = result["scores"][split]
@@ -194,7 +200,7 @@ def check(path: Path, update: bool, keep: Path | None, named: bool, out) -> bool
     if ref.status != "measured" and not update:
         out.print(f"{path}: {ref.name}: not yet measured; to measure it: ablate check --update {path}", highlight=False)
         return not named  # asked for by name, it cannot pass
-    from ablate.scheduler import cuda_available
+    from ablate.devices import cuda_available
 
     if ref.device == "cuda" and not cuda_available():
         out.print(f"{path}: {ref.name}: made on a GPU and none is visible here; skipped", highlight=False)
@@ -204,17 +210,19 @@ def check(path: Path, update: bool, keep: Path | None, named: bool, out) -> bool
     else:
         spec, plugins = ref.spec, ref.plugins
         with contextlib.suppress(UserError):
-            if resolve_source(ref)[0] != spec:
+            if resolve_source(ref)[0] != _normalised(spec, plugins):
                 out.print(f"  note: {ref.source} now resolves to a different spec than this reference keeps; "
                           "the reference's own spec is checked", highlight=False)  # fmt: skip
     out.print(f"{path}: re-running {ref.name} ({ref.description})", highlight=False)
     with contextlib.ExitStack() as stack:
         work = keep if keep is not None else Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="ablate-")))
         measured = measure(ref, spec, plugins, work, out)
-    if measured.get("status") != "completed":
+    if measured.get("status") != Status.COMPLETED:
         out.print(f"{ref.name}: the run {measured.get('status')}: {measured.get('error', '')}", highlight=False)
         return False
     if update:
+        if spec["training"]["precision"] == "auto":  # a reference pins what it measured, as it pins threads
+            spec["training"]["precision"] = measured["precision"]
         updated = ref.model_copy(update={"status": "measured", "spec": spec, "plugins": plugins,
                                          "expected": expected_from(measured, spec),
                                          "environment": environment(measured)})  # fmt: skip

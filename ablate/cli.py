@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
+import signal
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -13,7 +14,10 @@ from typing import NoReturn
 from rich.console import Console
 from rich.table import Table
 
-from ablate.errors import SpecError, UserError
+from ablate.errors import UserError
+from ablate.launchers import LAUNCHERS
+from ablate.rundir import Status
+from ablate.tables import FORMATS, print_table
 
 
 class Parser(argparse.ArgumentParser):
@@ -46,7 +50,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                      help="GPUs of one run, data-parallel (DDP) when K > 1 (default 1)")  # fmt: skip
     run.add_argument("--tensorboard", type=Path, default=None, metavar="DIR",
                      help="also log curves for TensorBoard under DIR/<experiment>/<run>/seed-<n>")  # fmt: skip
-    run.add_argument("--launcher", choices=["local", "slurm", "submitit-local"], default="local",
+    run.add_argument("--launcher", choices=LAUNCHERS, default="local",
                      help="local: worker processes here; slurm: a Slurm job array through submitit; "
                      "submitit-local: submitit's local executor (the slurm path without a cluster)")  # fmt: skip
     run.add_argument("--partition", help="Slurm partition (default: slurm.partition of the experiment)")
@@ -60,7 +64,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     report = commands.add_parser("report", help="comparison tables, cards and plots rebuilt from results")
     report.add_argument("results_dir", type=Path, metavar="RESULTS_DIR",
                         help="an experiment's directory (results/pe) or a directory of them (results)")  # fmt: skip
-    report.add_argument("--format", choices=["terminal", "md", "csv", "latex", "html"], default="terminal",
+    report.add_argument("--format", choices=FORMATS, default="terminal",
                         help="what is printed (or written to --output); default terminal")  # fmt: skip
     report.add_argument("--output", type=Path, metavar="FILE", help="write the table in --format to FILE")
     report.add_argument("--sort", metavar="COLUMN", help="sort rows on a column (scores best first)")
@@ -126,25 +130,12 @@ def _add_set(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _load_all(files: Sequence[str], overrides: Sequence[str]):
-    from ablate.experiment import load_experiment
-
-    experiments, errors = [], []
-    for file in files:
-        try:
-            experiments.append(load_experiment(file, overrides))
-        except SpecError as error:
-            errors.append(error)
-    if errors:
-        raise SpecError.merge(errors)
-    return experiments
-
-
 def cmd_validate(args: argparse.Namespace) -> int:
+    from ablate.experiment import load_experiments
     from ablate.model import parameter_count
 
     out = console()
-    for experiment in _load_all(args.files, args.overrides):
+    for experiment in load_experiments(args.files, args.overrides):
         table = Table(title=f"{experiment.path}: {experiment.name} ({len(experiment.runs)} runs)", title_justify="left")
         table.add_column("run")
         table.add_column("differs from the baseline")
@@ -160,10 +151,12 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from ablate.experiment import parse_overrides
-    from ablate.runner import Interrupted, Options, sweep
+    from ablate.experiment import load_experiments
+    from ablate.launchers import Interrupted
+    from ablate.runner import Options, sweep
+    from ablate.specfile import parse_overrides
 
-    experiments = _load_all(args.files, args.overrides)
+    experiments = load_experiments(args.files, args.overrides)
     only = [name for item in args.only for name in item.split(",") if name]
     for experiment in experiments:
         _check_only(experiment, only)
@@ -181,6 +174,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         for experiment in experiments:
             print_plan(out, experiment, options)
         return 0
+    signal.signal(signal.SIGTERM, _stop_like_ctrl_c)
     failed = []
     for experiment in experiments:
         try:
@@ -191,14 +185,19 @@ def cmd_run(args: argparse.Namespace) -> int:
             return 130
         if not rows:
             continue  # a rank other than 0 under torchrun, or jobs left running on the cluster
-        print_report(out, f"{experiment.name}: {experiment.description}", frame, notes)
+        print_table(out, f"{experiment.name}: {experiment.description}", frame, notes)
         out.print(f"written: {args.results / experiment.name / 'summary.md'} and summary.csv", highlight=False)
         failed += [f"{experiment.name}/{r['run']}/seed-{r['seed']}: {r.get('error', '')}"
-                   for r in rows if r["status"] == "failed"]  # fmt: skip
+                   for r in rows if r["status"] == Status.FAILED]  # fmt: skip
     if failed:
         print("failed runs:\n  " + "\n  ".join(failed), file=sys.stderr)
         return 1
     return 0
+
+
+def _stop_like_ctrl_c(signum: int, frame) -> None:
+    """SIGTERM (`kill`, a job scheduler) stops a sweep as Ctrl-C does: every worker checkpoints first."""
+    raise KeyboardInterrupt
 
 
 def _seeds(value: str) -> list[int] | int:
@@ -229,32 +228,24 @@ def _check_only(experiment, only: list[str]) -> None:
 
 def print_plan(out: Console, experiment, options) -> None:
     """--dry-run: every planned job, what it changes, its size and what running it now would do."""
-    from ablate.model import parameter_count
-    from ablate.runner import plan
+    from ablate.plan import DRY_RUN_COLUMNS, dry_run_rows, plan
 
     planned = plan(experiment, options.results, options.seeds, options.fresh, options.only)
     table = Table(title=f"{experiment.path}: {experiment.name}, {len(planned)} job(s), nothing trained (--dry-run)",
                   title_justify="left")  # fmt: skip
-    for column in ("run", "seed", "differs from the baseline", "params", "tokens a step", "steps", "would"):
+    for column in DRY_RUN_COLUMNS:
         table.add_column(column, justify="right" if column in ("params", "seed", "steps") else "left")
-    for p in planned:
-        spec = experiment.run(p.job.run).spec
-        vocab = spec.tokenizer.vocab_size
-        training = spec.training
-        tokens = (f"~{training.batch_tokens:,} target" if training.batch_tokens
-                  else f"<= {training.max_tokens:,} a side")  # fmt: skip
-        steps = f"{training.max_steps:,}" if training.max_steps else f"{training.max_epochs} epochs"
-        action = p.action + (f": {p.detail}" if p.detail else "")
-        table.add_row(p.job.run, str(p.job.seed), p.job.describe, f"{parameter_count(spec.model, vocab, vocab):,}",
-                      tokens, steps, action)  # fmt: skip
+    for row in dry_run_rows(experiment, planned):
+        table.add_row(*row)
     out.print(table)
     out.print("  params at the nominal vocabulary size of tokenizer.vocab_size", highlight=False)
 
 
 def cmd_report(args: argparse.Namespace) -> int:
     from ablate import plots
-    from ablate.report import FILES, cards, find_experiments, load_results, render, report_frame, select
+    from ablate.report import find_experiments, load_results, report_frame, select, write_report
     from ablate.results import write_text
+    from ablate.tables import render
 
     columns = [c.strip() for c in args.columns.split(",")] if args.columns else None
     out = console()
@@ -265,21 +256,15 @@ def cmd_report(args: argparse.Namespace) -> int:
         frame = select(frame, columns, args.sort, args.reverse)
         title = f"{exp.name} ({directory})"
         if args.format == "terminal":
-            print_report(out, title, frame, notes)
+            print_table(out, title, frame, notes)
         elif args.format == "csv":  # one table for every experiment, told apart by a column
             chunks.append(render("csv", frame.assign(experiment=exp.name)[["experiment", *frame.columns]], title, []))
         else:
             chunks.append(render(args.format, frame, title, notes))
-        if args.no_files:
-            continue
-        files = {name: render(fmt, frame, title, notes) for fmt, name in FILES.items()} | {"cards.md": cards(exp)}
-        for name, content in files.items():
-            write_text(directory / "report" / name, content)
-            written.append(directory / "report" / name)
-        if plots.available():
-            written += plots.write_plots(exp, directory / "report")
-        else:
-            out.print("plots: not drawn, matplotlib is not installed (pip install 'ablate[plot]')", highlight=False)
+        if not args.no_files:
+            written += write_report(exp, frame, title, notes)
+            if not plots.available():
+                out.print("plots: not drawn, matplotlib is not installed (pip install 'ablate[plot]')", highlight=False)
     if args.format == "csv":  # the header once
         chunks = chunks[:1] + ["".join(c.splitlines(keepends=True)[1:]) for c in chunks[1:]]
     if args.output is not None:
@@ -291,20 +276,6 @@ def cmd_report(args: argparse.Namespace) -> int:
         folders = ", ".join(sorted({str(p.parent) for p in written}))
         out.print(f"also written in {folders}: {', '.join(sorted({p.name for p in written}))}", highlight=False)
     return 0
-
-
-def print_report(out: Console, title: str, frame, notes: list[str]) -> None:
-    from ablate.report import TEXT_COLUMNS, display
-
-    columns, rows = display(frame)
-    table = Table(title=title, title_justify="left")
-    for column in columns:
-        table.add_column(column, justify="left" if column in TEXT_COLUMNS else "right")
-    for row in rows:
-        table.add_row(*row)
-    out.print(table)
-    for note in notes:
-        out.print(f"  {note}", highlight=False)
 
 
 def cmd_check(args: argparse.Namespace) -> int:
@@ -322,51 +293,32 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 
 def cmd_data(args: argparse.Namespace) -> int:
-    from ablate.data.corpus import CORPUS, data_dir
+    from ablate.data.corpus import corpus_rows, data_dir, download
 
     root = data_dir(args.data_dir)
     if args.action == "list":
         table = Table(title=f"Corpora (data directory {root})", title_justify="left")
         for column in ("corpus", "languages", "splits", "description"):
             table.add_column(column)
-        for corpus in CORPUS:
-            languages = ", ".join(getattr(corpus, "LANGUAGES", ["(per spec)"]))
-            splits = ", ".join(getattr(corpus, "SPLITS", ["(per spec)"]))
-            table.add_row(corpus.name, languages, splits, corpus.description())
+        for row in corpus_rows():
+            table.add_row(*row)
         console().print(table)
         return 0
-    corpus = CORPUS.build(CORPUS.parse(args.corpus), root=root)
-    if not hasattr(corpus, "files"):
-        raise UserError(f"corpus '{args.corpus}' is read from your own files; there is nothing to download")
-    for name in corpus.files():
-        split, language, _ = name.split(".")
-        path = corpus.path(split, language)  # downloads what is missing and checks every checksum
+    for path in download(args.corpus, root):
         print(f"{path}: ok")
     return 0
 
 
 def cmd_parts(args: argparse.Namespace) -> int:
     import ablate.spec  # noqa: F401 (the built-in parts register themselves when the spec imports them)
-    from ablate.registry import REGISTRY
+    from ablate.registry import part_rows
 
-    table = Table(
-        title="Registered parts: a spec names one per slot, `slot: part` or `slot: {name: part, param: value}`",
-        title_justify="left",
-    )
-    table.add_column("slot")
-    table.add_column("part")
-    table.add_column("parameters")
-    table.add_column("description")
-    for slot in REGISTRY.values():
-        for i, part in enumerate(slot):
-            params = ", ".join(f"{name}={field.default}" for name, field in part.Params.model_fields.items())
-            table.add_row(
-                slot.name if i == 0 else "",
-                part.name,
-                params or "-",
-                part.description(),
-                end_section=i == len(slot.parts) - 1,
-            )
+    title = "Registered parts: a spec names one per slot, `slot: part` or `slot: {name: part, param: value}`"
+    table = Table(title=title, title_justify="left")
+    for column in ("slot", "part", "parameters", "description"):
+        table.add_column(column)
+    for slot, part, params, description, last in part_rows():
+        table.add_row(slot, part, params, description, end_section=last)
     console().print(table)
     return 0
 

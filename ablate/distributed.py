@@ -16,7 +16,17 @@ import torch.distributed as dist
 
 def launched() -> bool:
     """True inside a process started by torchrun (or anything else that sets its environment variables)."""
-    return int(os.environ.get("WORLD_SIZE", "1")) > 1
+    return world_size() > 1
+
+
+def rank() -> int:
+    """This process's rank among all of the run's processes (0 without torchrun)."""
+    return dist.get_rank() if dist.is_initialized() else int(os.environ.get("RANK", "0"))
+
+
+def world_size() -> int:
+    """How many processes train the run together (1 without torchrun)."""
+    return dist.get_world_size() if dist.is_initialized() else int(os.environ.get("WORLD_SIZE", "1"))
 
 
 def setup(device_type: str) -> tuple[int, int, int]:

@@ -42,6 +42,12 @@ class SpecError(UserError):
         return cls([f"{prefix}{issue.where()}: {issue.msg}{suffix}" for issue in issues])
 
     @classmethod
+    def of(cls, error: ValidationError, file: Path | str | None, model: type[BaseModel] | None = None,
+           context: str = "") -> SpecError:  # fmt: skip
+        """pydantic's errors as `FILE: key: what` lines: the one way a validation error is shown."""
+        return cls.at(file, issues_from(error, model), context)
+
+    @classmethod
     def merge(cls, errors: Iterable[SpecError]) -> SpecError:
         return cls([line for error in errors for line in error.lines])
 

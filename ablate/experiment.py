@@ -13,39 +13,22 @@ Every problem is reported as `FILE: dotted.key: what is wrong`, before any tenso
 
 from __future__ import annotations
 
-import copy
-import importlib
-import importlib.util
 import itertools
 import re
-import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from ablate.errors import Issue, SpecError, dotted, issues_from, unknown_key
-from ablate.registry import PartSpec, Slot
+from ablate.launchers.slurm import SlurmSpec
+from ablate.registry import PartSpec
 from ablate.spec import RunSpec
+from ablate.specfile import apply_overrides, keys_of, load_plugin, merge, parse_overrides, read_yaml
 
 RUN_NAME = re.compile(r"^[\w.=,+-]+$")
-
-
-class SlurmSpec(BaseModel):
-    """Where and how long the jobs of `--launcher slurm` run; flags of `ablate run` override these."""
-
-    model_config = ConfigDict(extra="forbid", strict=True)
-
-    partition: str | None = Field(None, description="the Slurm partition")
-    time_min: int = Field(240, gt=0, description="time limit of one job, in minutes")
-    gpus_per_run: int = Field(1, ge=0, description="GPUs of one run (data-parallel when above 1); 0 for CPU jobs")
-    cpus_per_run: int = Field(8, gt=0, description="CPU cores of one run")
-    mem_gb: int | None = Field(None, gt=0, description="memory of one run")
-    array_parallelism: int = Field(32, gt=0, description="jobs of the array running at once")
-    additional: dict[str, Any] = Field(default_factory=dict, description="further sbatch options: {account: x}")
 
 
 class Header(BaseModel):
@@ -144,6 +127,19 @@ def load_experiment(path: str | Path, overrides: Sequence[str] = ()) -> Experime
     return Experiment(path, header.name, header.description, runs, plugins, header.seeds, header.slurm)
 
 
+def load_experiments(files: Sequence[str | Path], overrides: Sequence[str] = ()) -> list[Experiment]:
+    """Every file loaded; the problems of all of them reported together."""
+    experiments, errors = [], []
+    for file in files:
+        try:
+            experiments.append(load_experiment(file, overrides))
+        except SpecError as error:
+            errors.append(error)
+    if errors:
+        raise SpecError.merge(errors)
+    return experiments
+
+
 def _new_name(path: Path, name: str, taken: dict, loc: tuple) -> str:
     if not RUN_NAME.match(name):
         raise SpecError.at(path, [Issue(loc, f"run name '{name}' may hold only letters, digits and . _ = , + -")])
@@ -187,127 +183,8 @@ def _resolve(path: Path, chain: tuple[Path, ...]) -> tuple[Header, dict[str, Any
             if not isinstance(data[section], dict):
                 raise SpecError.at(path, [Issue((section,), f"expected a mapping, got {data[section]!r}")])
             baseline[section] = merge(baseline.get(section, {}), data[section])
-            origins.update({k: path for k in _keys(data[section], (section,))})
+            origins.update({k: path for k in keys_of(data[section], (section,))})
     return header, baseline, origins, plugins
-
-
-def read_yaml(path: Path) -> dict[str, Any]:
-    if not path.is_file():
-        raise SpecError([f"{path}: no such file"])
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except yaml.YAMLError as error:
-        mark = getattr(error, "problem_mark", None)
-        where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "(top level)"
-        raise SpecError([f"{path}: {where}: not valid YAML: {getattr(error, 'problem', None) or error}"]) from None
-    except (OSError, UnicodeDecodeError) as error:
-        raise SpecError([f"{path}: cannot read: {error}"]) from None
-    if not isinstance(data, dict):
-        raise SpecError([f"{path}: (top level): expected a mapping of keys, got {type(data).__name__}"])
-    return data
-
-
-_PLUGINS: dict[str, str] = {}  # what a plugin was given as -> the module name it was imported under
-
-
-def load_plugin(plugin: str, relative_to: Path, loc: tuple) -> str:
-    """Imports a plugin (module name, or .py path relative to the spec) once; returns how to import it again."""
-    is_file = plugin.endswith(".py") or "/" in plugin
-    key = str((relative_to.parent / plugin).resolve()) if is_file else plugin
-    if key in _PLUGINS:
-        return key
-    try:
-        if is_file:
-            if not Path(key).is_file():
-                raise FileNotFoundError(f"no such file: {key}")
-            module_name = f"ablate_plugin_{Path(key).stem}_{abs(hash(key)):x}"
-            module_spec = importlib.util.spec_from_file_location(module_name, key)
-            module = importlib.util.module_from_spec(module_spec)
-            sys.modules[module_name] = module
-            module_spec.loader.exec_module(module)
-        else:
-            module_name = plugin
-            importlib.import_module(plugin)
-    except Exception as error:  # a plugin's own bug is the user's to see, in one line
-        sys.modules.pop(f"ablate_plugin_{Path(key).stem}_{abs(hash(key)):x}", None)
-        raise SpecError.at(
-            relative_to, [Issue(loc, f"cannot import plugin '{plugin}': {type(error).__name__}: {error}")]
-        ) from None
-    _PLUGINS[key] = module_name
-    return key
-
-
-def merge(base: dict[str, Any], update: dict[str, Any]) -> dict[str, Any]:
-    """Deep merge. A mapping naming a different part (`name:`) replaces the old one instead of merging."""
-    out = copy.deepcopy(base)
-    for key, value in update.items():
-        old = out.get(key)
-        if (
-            isinstance(old, dict)
-            and isinstance(value, dict)
-            and old.get("name", value.get("name")) == value.get("name")
-        ):
-            out[key] = merge(old, value)
-        else:
-            out[key] = copy.deepcopy(value)
-    return out
-
-
-def _keys(data: dict[str, Any], prefix: tuple) -> Iterable[str]:
-    for key, value in data.items():
-        yield dotted((*prefix, key))
-        if isinstance(value, dict):
-            yield from _keys(value, (*prefix, key))
-
-
-def parse_overrides(items: Sequence[str], flag: str = "--set") -> dict[str, Any]:
-    """`['model.heads=4']` -> `{'model.heads': 4}`, values parsed as YAML."""
-    out = {}
-    for item in items:
-        key, sep, value = item.partition("=")
-        if not sep or not key.strip():
-            example = "model.heads=4" if flag == "--set" else "account=nlp"
-            raise SpecError([f"{flag}: expected KEY=VALUE such as {example}, got '{item}'"])
-        try:
-            out[key.strip()] = yaml.safe_load(value)
-        except yaml.YAMLError as error:
-            raise SpecError([f"{flag}: {key}: value is not valid YAML: {error}"]) from None
-    return out
-
-
-def apply_overrides(data: dict[str, Any], changes: dict[str, Any], file: Path | str, where: tuple) -> dict[str, Any]:
-    """Sets each dotted key in a copy of `data`; a key must name a field of the spec."""
-    data = copy.deepcopy(data)
-    for key, value in changes.items():
-        parts = key.split(".")
-        _check_key(parts, file, (*where, key))
-        node = data
-        for part in parts[:-1]:
-            child = node.get(part)
-            if isinstance(child, str):  # a part given by name gets parameters: learned -> {name: learned}
-                child = {"name": child}
-            elif not isinstance(child, dict):
-                child = {}
-            node[part] = child
-            node = child
-        if isinstance(value, dict) and "name" not in value and isinstance(node.get(parts[-1]), dict):
-            value = merge(node[parts[-1]], value)
-        node[parts[-1]] = value
-    return data
-
-
-def _check_key(parts: list[str], file: Path | str, loc: tuple) -> None:
-    model: Any = RunSpec
-    for i, part in enumerate(parts):
-        if isinstance(model, Slot):  # below a part: its name or parameters, checked when the spec validates
-            return
-        if not (isinstance(model, type) and issubclass(model, BaseModel)):
-            raise SpecError.at(file, [Issue(loc, f"'{'.'.join(parts[:i])}' is a value, it has no key '{part}'")])
-        if part not in model.model_fields:
-            raise SpecError.at(file, [Issue(loc, f"no such key in the spec: {unknown_key(part, model.model_fields)}")])
-        field_info = model.model_fields[part]
-        slots = [m for m in field_info.metadata if isinstance(m, Slot)]
-        model = slots[0] if slots else field_info.annotation
 
 
 def _validate(data: dict[str, Any], origins: dict[str, Path], default_file: Path, context: str) -> RunSpec:

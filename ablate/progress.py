@@ -6,7 +6,6 @@ works the same for local worker processes and for Slurm jobs writing to a shared
 
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -16,7 +15,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextC
 from rich.progress import TimeRemainingColumn as Remaining
 from rich.table import Column
 
-from ablate.job import METRICS, Job
+from ablate.job import Job
+from ablate.rundir import MetricsTail
 
 
 @dataclass
@@ -26,7 +26,7 @@ class Active:
     job: Job
     total: int | None
     started: float = field(default_factory=time.monotonic)
-    offset: int = 0
+    tail: MetricsTail | None = None
     first_step: int = 0  # where this process started: 0, or the checkpoint it resumed from
     step: int = 0
     loss: float | None = None
@@ -36,19 +36,9 @@ class Active:
     task: TaskID | None = None
 
     def read(self) -> None:
-        try:
-            with (self.job.directory / METRICS).open("rb") as f:
-                f.seek(self.offset)
-                chunk = f.read()
-        except OSError:
-            return
-        end = chunk.rfind(b"\n") + 1  # a line being written is read next time
-        self.offset += end
-        for line in chunk[:end].decode("utf-8", errors="replace").splitlines():
-            try:
-                self.update(json.loads(line))
-            except ValueError:
-                continue
+        self.tail = self.tail or MetricsTail(self.job.directory)
+        for record in self.tail.read():
+            self.update(record)
 
     def update(self, record: dict[str, Any]) -> None:
         if "loss" in record:

@@ -61,8 +61,10 @@ class PartSpec:
         return REGISTRY[self.slot][self.name]
 
     def non_default_params(self) -> dict[str, Any]:
-        defaults = type(self.params)()
-        return {k: v for k, v in self.params if getattr(defaults, k) != v}
+        """The parameters that differ from their defaults; a required parameter (no default) always counts."""
+        fields = type(self.params).model_fields
+        return {k: v for k, v in self.params
+                if fields[k].is_required() or fields[k].get_default(call_default_factory=True) != v}  # fmt: skip
 
     def dump(self) -> str | dict[str, Any]:
         """The YAML form: the bare name when every parameter has its default."""
@@ -179,3 +181,18 @@ def slot(name: str, base: type[T], description: str) -> Slot[T]:
         raise ValueError(f"slot '{name}' is already declared")
     REGISTRY[name] = Slot(name, base, description)
     return REGISTRY[name]
+
+
+def part_rows() -> list[tuple[str, str, str, str, bool]]:
+    """(slot, part, its parameters with defaults, description, last of its slot) for `ablate parts`."""
+    rows = []
+    for slot in REGISTRY.values():
+        for i, part in enumerate(slot):
+            params = ", ".join(
+                f"{name}={'(required)' if field.is_required() else field.default}"
+                for name, field in part.Params.model_fields.items()
+            )
+            rows.append(
+                (slot.name if i == 0 else "", part.name, params or "-", part.description(), i == len(slot.parts) - 1)
+            )
+    return rows

@@ -1,17 +1,14 @@
 """`ablate report RESULTS_DIR`: comparison tables rebuilt from run directories alone, no re-training.
 
 Reads result.json, config.yaml, metrics.jsonl and hypotheses/ of every job under
-RESULTS_DIR/<experiment>/runs/<run>/seed-<n>/, and never the model: torch is not imported.
-Formats: terminal (rich), md, csv, latex (booktabs), html. Run cards list where each run departs
-from the paper's base model; plots.py draws the curves and the BLEU chart.
+RESULTS_DIR/<experiment>/runs/<run>/seed-<n>/ (through ablate.rundir), and never the model: torch is
+not imported. tables.py renders the table (terminal, md, csv, latex, html); run cards list where each
+run departs from the paper's base model; plots.py draws the curves and the BLEU chart.
 """
 
 from __future__ import annotations
 
 import contextlib
-import html
-import json
-import math
 import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,12 +19,12 @@ import yaml
 
 from ablate.errors import UserError, did_you_mean
 from ablate.paper import paper_differences
+from ablate.results import read_json, write_text
+from ablate.rundir import CONFIG, RESULT, Status, read_hypotheses, read_metrics, seed_dirs
 
 COLUMNS = ["run", "differs", "params", "BLEU", "BLEU std", "n", "ΔBLEU", "p", "chrF", "valid loss", "valid ppl",
-           "train tok/s", "tok/s vs baseline", "decode sent/s", "peak MiB", "wall s", "device", "GPUs", "precision",
-           "status", "note"]  # fmt: skip
-FORMATS = ("terminal", "md", "csv", "latex", "html")
-TEXT_COLUMNS = {"run", "differs", "device", "precision", "status", "note"}  # left-aligned; the rest are numbers
+           "train tok/s", "tok/s vs baseline", "decode sent/s", "peak MiB", "wall s", "device", "GPUs", "GPU ids",
+           "precision", "status", "note"]  # fmt: skip
 HIGHER_IS_BETTER = {"BLEU", "ΔBLEU", "chrF", "train tok/s", "tok/s vs baseline", "decode sent/s", "n"}
 
 
@@ -41,20 +38,13 @@ class JobRecord:
 
     @property
     def ok(self) -> bool:
-        return self.result.get("status") == "completed"
+        return self.result.get("status") == Status.COMPLETED
 
     def hypotheses(self, split: str) -> list[str] | None:
-        path = self.directory / "hypotheses" / f"{split}.txt"
-        return path.read_text(encoding="utf-8").splitlines() if path.is_file() else None
+        return read_hypotheses(self.directory, split)
 
     def metrics(self) -> list[dict[str, Any]]:
-        path = self.directory / "metrics.jsonl"
-        out = []
-        with contextlib.suppress(OSError):
-            for line in path.read_text(encoding="utf-8").splitlines():
-                with contextlib.suppress(ValueError):
-                    out.append(json.loads(line))
-        return out
+        return read_metrics(self.directory)
 
 
 @dataclass
@@ -100,12 +90,12 @@ def load_results(directory: Path) -> ExperimentResults:
     """Every job with a result.json; runs in the order of summary.csv when there is one, the baseline first."""
     runs: dict[str, list[JobRecord]] = {}
     for run_dir in sorted((directory / "runs").iterdir()):
-        for seed_dir in sorted(run_dir.glob("seed-*"), key=_seed_number):
-            if ".stale-" in seed_dir.name or not (seed_dir / "result.json").is_file():
+        for seed_dir in seed_dirs(run_dir):
+            if not (seed_dir / RESULT).is_file():
                 continue
             try:
-                result = json.loads((seed_dir / "result.json").read_text(encoding="utf-8"))
-                config = yaml.safe_load((seed_dir / "config.yaml").read_text(encoding="utf-8")) or {}
+                result = read_json(seed_dir / RESULT)
+                config = yaml.safe_load((seed_dir / CONFIG).read_text(encoding="utf-8")) or {}
             except (OSError, ValueError, yaml.YAMLError) as error:
                 raise UserError(f"{seed_dir}: unreadable result: {error}") from None
             runs.setdefault(run_dir.name, []).append(JobRecord(seed_dir, result, config))
@@ -113,11 +103,6 @@ def load_results(directory: Path) -> ExperimentResults:
     ranked = sorted(runs, key=lambda r: (order.index(r) if r in order else len(order), r))
     name = next((jobs[0].result.get("experiment") for jobs in runs.values() if jobs), None) or directory.name
     return ExperimentResults(name, directory, {r: runs[r] for r in ranked})
-
-
-def _seed_number(path: Path) -> tuple[int, str]:
-    number = path.name.removeprefix("seed-").split(".")[0]
-    return (int(number), path.name) if number.isdigit() else (1 << 30, path.name)
 
 
 def _summary_order(directory: Path) -> list[str]:
@@ -209,6 +194,8 @@ def report_frame(exp: ExperimentResults, test: str = "bs") -> tuple[pd.DataFrame
             "wall s": _mean([j.result["wall_seconds"] for j in jobs if "wall_seconds" in j.result], 1),
             "device": ", ".join(dict.fromkeys(j.result["device"] for j in jobs if "device" in j.result)) or None,
             "GPUs": max((j.result.get("gpus", 0) for j in jobs), default=0),
+            "GPU ids": " / ".join(",".join(map(str, j.result["gpu_ids"])) for j in jobs if j.result.get("gpu_ids"))
+            or None,
             "precision": ", ".join(dict.fromkeys(j.result["precision"] for j in jobs if "precision" in j.result))
             or None,
             "status": _status([j.result.get("status", "?") for j in jobs]),
@@ -220,8 +207,9 @@ def report_frame(exp: ExperimentResults, test: str = "bs") -> tuple[pd.DataFrame
         notes.append(f"p: paired {'bootstrap resampling' if test == 'bs' else 'approximate randomisation'} "
                      "against the baseline (sacreBLEU), seed-matched hypotheses concatenated")  # fmt: skip
     frame = pd.DataFrame(rows, columns=COLUMNS, dtype=object)
-    if frame["note"].isna().all():  # a re-run after a spec change says so; otherwise no column
-        frame = frame.drop(columns="note")
+    for optional in ("note", "GPU ids"):  # a re-run after a spec change, GPUs handed out: otherwise no column
+        if frame[optional].isna().all():
+            frame = frame.drop(columns=optional)
     if test == "none":
         frame = frame.drop(columns="p")
     return frame, notes
@@ -230,7 +218,7 @@ def report_frame(exp: ExperimentResults, test: str = "bs") -> tuple[pd.DataFrame
 def _status(statuses: list[str]) -> str:
     """`completed`, or `2 completed, 1 diverged` when the seeds of a run ended differently."""
     if len(set(statuses)) == 1:
-        return statuses[0]
+        return str(statuses[0])
     return ", ".join(f"{statuses.count(s)} {s}" for s in dict.fromkeys(statuses))
 
 
@@ -259,93 +247,6 @@ def select(frame: pd.DataFrame, columns: list[str] | None, sort: str | None, rev
     return frame
 
 
-def cell(column: str, value: Any, row: dict[str, Any]) -> str:
-    """A value as a reader sees it: BLEU with its spread, signed differences, ratios, thousands."""
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return "-"
-    if column == "BLEU" and row.get("BLEU std") is not None:
-        return f"{value:.2f} ± {row['BLEU std']:.2f}"
-    if column == "ΔBLEU":
-        return f"{value:+.2f}".replace("-", "−")  # a minus sign, not a hyphen
-    if column == "p":
-        return "< 0.001" if value < 0.001 else f"{value:.3f}"
-    if column == "tok/s vs baseline":
-        return f"{value:.2f}×"
-    if isinstance(value, float) and column in ("BLEU", "BLEU std", "chrF", "valid ppl"):
-        return f"{value:.2f}"
-    if isinstance(value, float) and column == "valid loss":
-        return f"{value:.3f}"
-    if isinstance(value, int | float) and not isinstance(value, bool) and column in ("params", "train tok/s"):
-        return f"{value:,.0f}"
-    return str(value)
-
-
-def display(frame: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
-    """Header and cells for people; the std column is folded into BLEU."""
-    columns = [c for c in frame.columns if c != "BLEU std" or "BLEU" not in frame.columns]
-    rows = []
-    for record in frame.to_dict("records"):
-        rows.append([cell(c, record[c], record) for c in columns])
-    return columns, rows
-
-
-def to_markdown(frame: pd.DataFrame) -> str:
-    columns, rows = display(frame)
-    lines = ["| " + " | ".join(columns) + " |", "|" + "".join("---|" if c in TEXT_COLUMNS else "--:|" for c in columns)]
-    lines += ["| " + " | ".join(r) + " |" for r in rows]
-    return "\n".join(lines) + "\n"
-
-
-LATEX_ESCAPES = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_",
-                 "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}"}  # fmt: skip
-LATEX_SYMBOLS = {"±": r"$\pm$", "Δ": r"$\Delta$", "×": r"$\times$", "−": r"$-$", "<": r"$<$", ">": r"$>$"}
-
-
-def latex_escape(text: str) -> str:
-    out = "".join(LATEX_ESCAPES.get(ch, ch) for ch in text)
-    for symbol, command in LATEX_SYMBOLS.items():
-        out = out.replace(symbol, command)
-    return out
-
-
-def to_latex(frame: pd.DataFrame) -> str:
-    """A booktabs tabular, ready for \\input inside a table environment (needs \\usepackage{booktabs})."""
-    columns, rows = display(frame)
-    align = "".join("l" if c in TEXT_COLUMNS else "r" for c in columns)
-    lines = [f"\\begin{{tabular}}{{{align}}}", r"\toprule", " & ".join(latex_escape(c) for c in columns) + r" \\",
-             r"\midrule"]  # fmt: skip
-    lines += [" & ".join(latex_escape(v) for v in r) + r" \\" for r in rows]
-    lines += [r"\bottomrule", r"\end{tabular}"]
-    return "\n".join(lines) + "\n"
-
-
-def to_html(frame: pd.DataFrame, title: str, notes: list[str]) -> str:
-    columns, rows = display(frame)
-    head = "".join(f"<th>{html.escape(c)}</th>" for c in columns)
-    body = "\n".join("<tr>" + "".join(f"<td>{html.escape(v)}</td>" for v in r) + "</tr>" for r in rows)
-    caption = html.escape(title) + "".join(f"<br><small>{html.escape(n)}</small>" for n in notes)
-    return (f'<table class="ablate">\n<caption>{caption}</caption>\n<thead><tr>{head}</tr></thead>\n'
-            f"<tbody>\n{body}\n</tbody>\n</table>\n")  # fmt: skip
-
-
-def to_csv(frame: pd.DataFrame) -> str:
-    return frame.to_csv(index=False)
-
-
-def render(fmt: str, frame: pd.DataFrame, title: str, notes: list[str]) -> str:
-    """The table in a file format, with its title and notes where the format has room for them."""
-    if fmt == "md":
-        return f"## {title}\n\n{to_markdown(frame)}\n" + "".join(f"{note}  \n" for note in notes)
-    if fmt == "latex":
-        return f"% {title}\n" + "".join(f"% {note}\n" for note in notes) + to_latex(frame)
-    if fmt == "html":
-        return to_html(frame, title, notes)
-    return to_csv(frame)
-
-
-FILES = {"md": "table.md", "csv": "table.csv", "latex": "table.tex", "html": "table.html"}
-
-
 def cards(exp: ExperimentResults) -> str:
     """Each run's card: where its resolved spec departs from the paper's base model (Vaswani et al. 2017)."""
     lines = [f"# Run cards: {exp.name}", "", "Where each run departs from the paper's base model "
@@ -357,3 +258,18 @@ def cards(exp: ExperimentResults) -> str:
                   paper_differences(jobs[0].config)] or ["- nothing: this is the paper's base model"]  # fmt: skip
         lines.append("")
     return "\n".join(lines)
+
+
+def write_report(exp: ExperimentResults, frame: pd.DataFrame, title: str, notes: list[str]) -> list[Path]:
+    """<experiment>/report/: the table in every file format, the run cards and, with matplotlib, the plots."""
+    from ablate import plots
+    from ablate.tables import FILES, render
+
+    folder = exp.directory / "report"
+    files = {name: render(fmt, frame, title, notes) for fmt, name in FILES.items()} | {"cards.md": cards(exp)}
+    for name, content in files.items():
+        write_text(folder / name, content)
+    written = [folder / name for name in files]
+    if plots.available():
+        written += plots.write_plots(exp, folder)
+    return written

@@ -1,130 +1,30 @@
-"""`ablate run`: plans the jobs of an experiment (run x seed), trains each in a worker process, collects results.
+"""`ablate run`: a sweep reads as plan, prepare, launch, collect.
+
+plan      what each job (run x seed) needs, from its run directory (ablate.plan)
+prepare   corpora checked, vocabularies trained once, run directories made ready, job.json written
+launch    a launcher trains the jobs (ablate.launchers: local processes, torchrun, Slurm)
+collect   every job's result, this sweep's or an earlier one's, in summary.md and summary.csv
 
 Running the same command again skips what is done, resumes what was interrupted from its last
 checkpoint, re-runs what the spec has changed since (keeping the old result aside) and runs the rest.
-Where and how the jobs train is ablate.scheduler's (or ablate.slurm's) business.
-
-results/<experiment>/runs/<run>/seed-<n>/   one job (see ablate.job)
-results/<experiment>/summary.md, summary.csv
 """
 
 from __future__ import annotations
 
-import os
 import shutil
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ablate import distributed
+from ablate.devices import device_kind, resources
 from ablate.experiment import Experiment
-from ablate.job import RESULT, Job, RunLock, checkpoint_step, stored_hash
+from ablate.job import Job
+from ablate.launchers import Interrupted, Launcher, Outcomes
+from ablate.plan import Action, Planned, plan
 from ablate.progress import SweepView
 from ablate.results import write_text
-from ablate.scheduler import Interrupted, cuda_available, read_result, resources, run_in_process, run_local
-
-DONE = ("completed", "diverged")  # a divergence is a result, not a failure: it is not run again
-
-
-@dataclass
-class Planned:
-    job: Job
-    action: str  # run | resume | rerun | retry | fresh | skip | busy
-    detail: str = ""
-
-    @property
-    def trains(self) -> bool:
-        return self.action not in ("skip", "busy")
-
-
-def plan(experiment: Experiment, results: Path, seeds: int | Sequence[int] | None = None, fresh: bool = False,
-         only: Sequence[str] = ()) -> list[Planned]:  # fmt: skip
-    """What to do with every job of the experiment, from what its run directories hold. Reads only.
-
-    `seeds`: a number (that many seeds from each run's training.seed on), a list, or None for the
-    experiment's `seeds:` or else the run's training.seed alone.
-    """
-    root = results / experiment.name
-    runs = [r for r in experiment.runs if not only or r.name in only]
-    out = []
-    for run in runs:
-        first = run.spec.training.seed
-        if isinstance(seeds, int):
-            run_seeds = list(range(first, first + seeds))
-        else:
-            run_seeds = list(seeds or experiment.seeds or [first])
-        out += [classify(Job.of(experiment, run, seed, root), fresh) for seed in run_seeds]
-    return out
-
-
-def classify(job: Job, fresh: bool) -> Planned:
-    d = job.directory
-    if not d.is_dir():
-        return Planned(job, "run")
-    lock = RunLock(d)
-    if not lock.acquire(wait=False):
-        return Planned(job, "busy", f"being trained by another process ({lock.holder()})")
-    lock.release()
-    if fresh:
-        return Planned(job, "fresh", "started over (--fresh)")
-    old = stored_hash(d)
-    if old is not None and old != job.config_hash:
-        return Planned(job, "rerun", f"the spec changed since the earlier result (config {old} -> {job.config_hash})")
-    result = read_result(d)
-    if result is not None and result.get("status") in DONE:
-        return Planned(job, "skip", f"{result['status']} earlier")
-    step = checkpoint_step(d, job.config_hash)
-    if step is not None:
-        return Planned(job, "resume", f"resumes from step {step}")
-    if result is not None:
-        return Planned(job, "retry", f"{result.get('status')} earlier: {result.get('error', '')}".rstrip(": "))
-    return Planned(job, "run")
-
-
-def prepare(planned: Planned) -> None:
-    """Makes the run directory ready for its action: stale results set aside, leftovers cleared, job.json written."""
-    job, d = planned.job, planned.job.directory
-    if planned.action == "fresh":
-        shutil.rmtree(d)
-    elif planned.action == "rerun":
-        stale = d.with_name(f"{d.name}.stale-{stored_hash(d)}")
-        n = 1
-        while stale.exists():
-            stale, n = d.with_name(f"{d.name}.stale-{stored_hash(d)}-{n}"), n + 1
-        d.rename(stale)
-        job.note = f"re-run: the spec changed since the earlier result, kept in {stale.name}"
-    elif planned.action == "retry":
-        (d / RESULT).unlink(missing_ok=True)
-    job.save()
-
-
-def collect(planned: list[Planned], fresh: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
-    """The result of every job in plan order: this sweep's, or what the run directory held."""
-    rows = []
-    for p in planned:
-        result = fresh.get(p.job.label) or read_result(p.job.directory)
-        if result is None or result.get("config_hash", p.job.config_hash) != p.job.config_hash:
-            resumable = checkpoint_step(p.job.directory, p.job.config_hash) is not None
-            status = "running elsewhere" if p.action == "busy" else "interrupted" if resumable else "not run"
-            result = {"run": p.job.run, "seed": p.job.seed, "describe": p.job.describe, "status": status}
-        rows.append(result)
-    return rows
-
-
-Summary = tuple[list[dict[str, Any]], Any, list[str]]  # result records in plan order, the table, its notes
-
-
-def write_results(experiment: Experiment, results: Path, planned: list[Planned], fresh: dict) -> Summary:
-    """summary.md and summary.csv: the report's table of every job, without significance tests."""
-    from ablate.report import from_records, render, report_frame
-
-    rows = collect(planned, fresh)
-    root = results / experiment.name
-    frame, notes = report_frame(from_records(experiment.name, root, rows), test="none")
-    title = f"{experiment.name}: {experiment.description}"
-    write_text(root / "summary.md", render("md", frame, title, notes))
-    write_text(root / "summary.csv", render("csv", frame, title, notes))
-    return rows, frame, notes
+from ablate.rundir import RESULT, Status, checkpoint_step, read_result, stale_path
 
 
 @dataclass
@@ -143,65 +43,77 @@ class Options:
     wait: bool = True
 
 
-def sweep(experiment: Experiment, options: Options, view_console) -> Summary:
-    """Plans, trains and collects one experiment; returns its records and table (none on ranks above 0)."""
-    from ablate import distributed
-    from ablate.experiment import SlurmSpec
+Summary = tuple[list[dict[str, Any]], Any, list[str]]  # result records in plan order, the table, its notes
 
-    device = options.device or _device_kind(experiment.baseline.spec.training.device)
-    in_process = distributed.launched()
-    if in_process:
-        distributed.setup("cuda" if device != "cpu" and cuda_available() else "cpu")
+
+def sweep(experiment: Experiment, options: Options, console) -> Summary:
+    """Plans, prepares, launches and collects one experiment; returns its records and table (none on ranks > 0)."""
+    launcher = make_launcher(experiment, options)
     planned = plan(experiment, options.results, options.seeds, options.fresh)  # every run goes in the summary
-    training = [p for p in planned if p.trains and (not options.only or p.job.run in options.only)]
-    rank0 = int(os.environ.get("RANK", "0")) == 0
-    say = view_console.print if rank0 else (lambda *a, **k: None)
-    res = resources(device, options.gpus_per_run) if options.launcher == "local" and not in_process else None
-    where = res.describe() if res else options.launcher if not in_process else "torchrun, this process"
+    selected = [p for p in planned if not options.only or p.job.run in options.only]
+    training = [p for p in selected if p.trains]
+    rank0 = distributed.rank() == 0
+    say = console.print if rank0 else (lambda *a, **k: None)
     runs = len({p.job.run for p in planned})
     say(f"{experiment.path}: {experiment.name}, {runs} runs x {len(planned) // max(runs, 1)} seed(s), "
-        f"{len(training)} to train on {where} -> {options.results / experiment.name}", highlight=False)  # fmt: skip
-    for p in planned:
-        if p.detail and (not options.only or p.job.run in options.only):
+        f"{len(training)} to train on {launcher.describe()} -> {options.results / experiment.name}",
+        highlight=False)  # fmt: skip
+    for p in selected:
+        if p.detail:
             say(f"  {p.job.label}: {p.detail}", highlight=False)
-    for p in training:
-        if options.tensorboard is not None:
-            p.job.tensorboard = str(options.tensorboard / experiment.name / p.job.run / f"seed-{p.job.seed}")
     if rank0:
         prepare_data([p.job for p in training])
         for p in training:
-            prepare(p)
-    if in_process:
-        distributed.barrier()
+            prepare(p, options.tensorboard)
+    distributed.barrier()
     jobs = [p.job for p in training]
-    selected = [p for p in planned if not options.only or p.job.run in options.only]
-    view = SweepView(view_console, jobs, done_before=len(selected) - len(training)) if rank0 else _Silent()
-    fresh_results: dict[str, dict[str, Any]] = {}
+    view = SweepView(console, jobs, done_before=len(selected) - len(training)) if rank0 else _Silent()
     try:
-        if in_process:
-            fresh_results = run_in_process(jobs, device, view)
-        elif options.launcher == "local":
-            fresh_results = run_local(jobs, res, view)
-        elif jobs:
-            from ablate import slurm
-
-            settings = slurm.settings(experiment.slurm or SlurmSpec(), options.slurm)
-            handles = slurm.submit(jobs, settings, options.results / experiment.name / "slurm", options.launcher)
-            say(f"submitted {len(handles)} job(s): {', '.join(str(h.job_id) for h in handles)}", highlight=False)
-            if not options.wait:
-                say("not waiting (--no-wait): once they have ended, run the same command again to collect them")
-                return [], None, []
-            fresh_results = slurm.wait(jobs, handles, view)
-    except Interrupted:
+        outcomes = launcher.launch(jobs, view)
+    except Interrupted:  # the workers saved their checkpoints: the table says what stands
         view.close()
         if rank0:
-            write_results(experiment, options.results, planned, fresh_results)
+            write_results(experiment, options.results, planned, {})
         raise
     finally:
         view.close()
-    if not rank0:
-        return [], None, []
-    return write_results(experiment, options.results, planned, fresh_results)
+    if outcomes is None or not rank0:
+        return [], None, []  # left running on the cluster, or a rank that only trained
+    return write_results(experiment, options.results, planned, outcomes)
+
+
+def make_launcher(experiment: Experiment, options: Options) -> Launcher:
+    """The launcher the flags ask for; under torchrun, every rank trains in this process."""
+    device = options.device or device_kind(experiment.baseline.spec.training.device)
+    if distributed.launched():
+        from ablate.launchers.torchrun import TorchrunLauncher
+
+        return TorchrunLauncher(device)
+    if options.launcher == "local":
+        from ablate.launchers.local import LocalLauncher
+
+        return LocalLauncher(resources(device, options.gpus_per_run))
+    from ablate.launchers.slurm import SlurmLauncher, SlurmSpec, settings
+
+    folder = options.results / experiment.name / "slurm"
+    return SlurmLauncher(options.launcher, settings(experiment.slurm or SlurmSpec(), dict(options.slurm)), folder,
+                         options.wait)  # fmt: skip
+
+
+def prepare(planned: Planned, tensorboard: Path | None = None) -> None:
+    """Makes the run directory ready for its action: stale results set aside, leftovers cleared, job.json written."""
+    job, d = planned.job, planned.job.directory
+    if tensorboard is not None:
+        job.tensorboard = str(tensorboard / job.experiment / job.run / f"seed-{job.seed}")
+    if planned.action == Action.FRESH:
+        shutil.rmtree(d)
+    elif planned.action == Action.RERUN:
+        stale = stale_path(d)
+        d.rename(stale)
+        job.note = f"re-run: the spec changed since the earlier result, kept in {stale.name}"
+    elif planned.action == Action.RETRY:
+        (d / RESULT).unlink(missing_ok=True)
+    job.save()
 
 
 def prepare_data(jobs: list[Job]) -> None:
@@ -217,12 +129,36 @@ def prepare_data(jobs: list[Job]) -> None:
             load_dataset(spec.data, spec.tokenizer)
 
 
+def collect(planned: list[Planned], outcomes: Outcomes) -> list[dict[str, Any]]:
+    """The result of every job in plan order: this sweep's, or what the run directory held."""
+    rows = []
+    for p in planned:
+        result = outcomes.get(p.job.label) or read_result(p.job.directory)
+        if result is None or result.get("config_hash", p.job.config_hash) != p.job.config_hash:
+            resumable = checkpoint_step(p.job.directory, p.job.config_hash) is not None
+            status = (Status.RUNNING_ELSEWHERE if p.action == Action.BUSY
+                      else Status.INTERRUPTED if resumable else Status.NOT_RUN)  # fmt: skip
+            result = {"run": p.job.run, "seed": p.job.seed, "describe": p.job.describe, "status": status}
+        rows.append(result)
+    return rows
+
+
+def write_results(experiment: Experiment, results: Path, planned: list[Planned], outcomes: Outcomes) -> Summary:
+    """summary.md and summary.csv: the report's table of every job, without significance tests."""
+    from ablate.report import from_records, report_frame
+    from ablate.tables import render
+
+    rows = collect(planned, outcomes)
+    root = results / experiment.name
+    frame, notes = report_frame(from_records(experiment.name, root, rows), test="none")
+    title = f"{experiment.name}: {experiment.description}"
+    write_text(root / "summary.md", render("md", frame, title, notes))
+    write_text(root / "summary.csv", render("csv", frame, title, notes))
+    return rows, frame, notes
+
+
 class _Silent:
     """The view of ranks other than 0: they train, rank 0 reports."""
 
     def __getattr__(self, name: str) -> Any:
         return lambda *args, **kwargs: None
-
-
-def _device_kind(device: str) -> str:
-    return "cuda" if device.startswith("cuda") else device

@@ -7,11 +7,9 @@ parts registered in its slot.
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
 from pydantic import (
-    BaseModel,
-    ConfigDict,
     Field,
     NonNegativeFloat,
     NonNegativeInt,
@@ -20,24 +18,15 @@ from pydantic import (
     model_validator,
 )
 
-from ablate.data.corpus import CORPUS
+from ablate.data.dataset import DataSpec
+from ablate.data.tokenizer import TokenizerSpec
 from ablate.errors import SpecValueError
 from ablate.parts import EMBEDDING_SCALE, FEEDFORWARD, NORM, NORM_PLACEMENT, POSITIONS, SCALING, TYING
 from ablate.registry import PartSpec, Slot
 from ablate.schedules import SCHEDULE
+from ablate.sections import Probability, Section, part
 
-Probability = Annotated[float, Field(ge=0.0, lt=1.0)]
-
-
-def part(slot: Slot, default: str) -> Any:
-    """A field whose value names a part of `slot`: `learned` or `{name: learned, max_len: 512}`."""
-    return Field(default=default, validate_default=True, description=slot.description)
-
-
-class Section(BaseModel):
-    """A spec section: unknown keys and loose types are errors."""
-
-    model_config = ConfigDict(extra="forbid", strict=True)
+__all__ = ["DataSpec", "EvaluationSpec", "ModelSpec", "RunSpec", "TokenizerSpec", "TrainingSpec"]
 
 
 class ModelSpec(Section):
@@ -88,34 +77,6 @@ PART_FIELDS = [name for name, f in ModelSpec.model_fields.items() if any(isinsta
 """The model's ablation axes; each field is named as its slot."""
 
 
-class TokenizerSpec(Section):
-    """Subword vocabulary. Training it comes with the data pipeline; its sizes already shape the model."""
-
-    vocab_size: PositiveInt = Field(37000, description="BPE vocabulary size (per language when not joint)")
-    joint: bool = Field(True, description="one vocabulary shared by source and target")
-    min_frequency: PositiveInt = Field(2, description="merges seen fewer times than this are not learned")
-
-
-class DataSpec(Section):
-    """Which corpus, which direction, which splits."""
-
-    corpus: Annotated[PartSpec, CORPUS] = part(CORPUS, "multi30k")
-    source: str = Field("en", description="source language")
-    target: str = Field("de", description="target language")
-    train: str = Field("train", description="split to train (and learn the vocabulary) on")
-    valid: str = Field("val", description="split for validation loss and BLEU during training")
-    test: list[str] = Field(["test_2016_flickr"], min_length=1, description="splits scored after training")
-    data_dir: str | None = Field(None, description="where corpus files are; default $ABLATE_DATA_DIR or the cache")
-    max_pairs: PositiveInt | None = Field(None, description="use only the first N pairs of every split (for tests)")
-    max_len: PositiveInt = Field(128, description="training pairs longer than this many tokens are left out")
-
-    @model_validator(mode="after")
-    def _direction(self) -> DataSpec:
-        if self.source == self.target:
-            raise SpecValueError(f"source and target are both '{self.source}'", ("target",))
-        return self
-
-
 class TrainingSpec(Section):
     """Optimisation: Adam with the paper's betas, a schedule, and when to stop, validate and save."""
 
@@ -136,7 +97,9 @@ class TrainingSpec(Section):
     )
     seed: int = Field(1, description="seeds model init, dropout and batch order")
     device: str = Field("auto", description="auto (a GPU when there is one), cpu, cuda, cuda:N")
-    precision: Literal["auto", "fp32", "bf16"] = Field("auto", description="auto: bf16 autocast on CUDA, fp32 on CPU")
+    precision: Literal["auto", "fp32", "bf16"] = Field(
+        "auto", description="bf16: autocast, fp32 weights; auto: bf16 on CUDA and CPUs with native bf16, else fp32"
+    )
     diverge_loss: PositiveFloat = Field(
         1e3, description="a training loss above this (or NaN/inf) ends the run as diverged"
     )
@@ -156,6 +119,9 @@ class EvaluationSpec(Section):
     max_extra_len: NonNegativeInt = Field(50, description="output at most source length + this many tokens")
     batch_size: PositiveInt = Field(100, description="sentences decoded together")
     lowercase: bool = Field(False, description="lowercased BLEU, to compare with papers that report it")
+    average_checkpoints: PositiveInt = Field(
+        1, description="decode the mean of the last N checkpoints (training.checkpoint_every apart); 1: the last"
+    )
 
 
 class RunSpec(Section):
@@ -166,6 +132,15 @@ class RunSpec(Section):
     data: DataSpec = Field(default_factory=DataSpec)
     training: TrainingSpec = Field(default_factory=lambda: TrainingSpec(max_steps=100_000))
     evaluation: EvaluationSpec = Field(default_factory=EvaluationSpec)
+
+    @model_validator(mode="after")
+    def _averaging(self) -> RunSpec:
+        if self.evaluation.average_checkpoints > 1 and self.training.checkpoint_every is None:
+            raise SpecValueError(
+                f"averaging {self.evaluation.average_checkpoints} checkpoints needs training.checkpoint_every",
+                ("evaluation", "average_checkpoints"),
+            )
+        return self
 
     @model_validator(mode="after")
     def _joint_vocabulary(self) -> RunSpec:

@@ -19,19 +19,29 @@ from ablate.data.batches import Batch, Example, batch_indices, collate
 from ablate.data.tokenizer import PAD
 from ablate.distributed import all_sum, any_rank
 from ablate.model import Transformer
+from ablate.rundir import Status
 from ablate.schedules import SCHEDULE
 from ablate.spec import TrainingSpec
 
 
-def autocast(device: torch.device, precision: str) -> Any:
-    """bf16 autocast on CUDA (precision auto or bf16); fp32 everywhere else."""
-    if device.type == "cuda" and precision in ("auto", "bf16"):
-        return torch.autocast("cuda", dtype=torch.bfloat16)
-    return nullcontext()
+def native_bf16() -> bool:
+    """Whether this CPU computes in bfloat16 natively (AVX-512 BF16 or AMX), as torch reports it."""
+    probes = ("_is_avx512_bf16_supported", "_is_amx_tile_supported")
+    return any(getattr(torch.cpu, probe, lambda: False)() for probe in probes)
 
 
 def precision_name(device: torch.device, precision: str) -> str:
-    return "bf16" if device.type == "cuda" and precision in ("auto", "bf16") else "fp32"
+    """What `training.precision` means on this device: auto is bf16 on CUDA and on CPUs with native bf16."""
+    if precision != "auto":
+        return precision
+    return "bf16" if device.type == "cuda" or native_bf16() else "fp32"
+
+
+def autocast(device: torch.device, precision: str) -> Any:
+    """bf16 autocast (fp32 master weights; the loss is taken in fp32), or nothing for fp32."""
+    if precision_name(device, precision) == "bf16":
+        return torch.autocast(device.type, dtype=torch.bfloat16)
+    return nullcontext()
 
 
 def loss_sums(model: Transformer, batch: Batch, label_smoothing: float) -> tuple[torch.Tensor, torch.Tensor]:
@@ -58,7 +68,7 @@ class Progress:
 
 @dataclass
 class Outcome:
-    status: str  # completed | diverged | interrupted
+    status: Status  # completed, diverged or interrupted
     steps: int
     epochs: float
     reason: str = ""
@@ -193,7 +203,7 @@ class Trainer:
                 on_step(Progress(self.step, self.epoch, loss, lr, seconds, n_src, n_tgt))
             if not math.isfinite(loss) or loss > spec.diverge_loss:
                 self._count_time()
-                return Outcome("diverged", self.step, epochs, f"training loss {loss:.4g} at step {self.step}")
+                return Outcome(Status.DIVERGED, self.step, epochs, f"training loss {loss:.4g} at step {self.step}")
             last = self.done()
             if on_validate and spec.validate_every and self.step % spec.validate_every == 0 and not last:
                 on_validate(self.step)
@@ -203,10 +213,10 @@ class Trainer:
                 on_checkpoint(self.step)
             if stop:
                 self._count_time()
-                return Outcome("interrupted", self.step, epochs, f"stopped at step {self.step}")
+                return Outcome(Status.INTERRUPTED, self.step, epochs, f"stopped at step {self.step}")
         self._count_time()
         epochs = self.epoch + (self.position / len(updates) if updates else 0.0)
-        return Outcome("completed", self.step, float(epochs))
+        return Outcome(Status.COMPLETED, self.step, float(epochs))
 
     def _count_time(self) -> None:
         """Adds the wall time since fit started (or since the last count) to train_seconds."""

@@ -4,6 +4,7 @@ import pytest
 
 import ablate
 from ablate.errors import SpecError
+from tests.conftest import cli
 
 BASE = """
 name: base
@@ -170,3 +171,14 @@ def test_extends_cycle_is_an_error(write):
 def test_bad_set(write, override, expected):
     path = write("e.yaml", "name: e\n")
     assert any(expected in line for line in errors(path, [override]))
+
+
+def test_a_key_given_twice_is_an_error_that_names_the_file_the_key_and_the_line(write):
+    path = write("e.yaml", "name: e\nmodel:\n  heads: 4\n  d_model: 256\n  heads: 8\n")
+    assert errors(path) == [f"{path}: model.heads: line 5: duplicate key (first given at line 3); keep one"]
+    run = cli("validate", str(path))
+    assert run.returncode == 2 and run.stderr.splitlines() == errors(path)
+    nested = write("n.yaml", "name: e\nvariants:\n  v: {model.heads: 4, model.heads: 2}\n")
+    assert errors(nested) == [
+        f"{nested}: variants.v.model.heads: line 3: duplicate key (first given at line 3); keep one"
+    ]

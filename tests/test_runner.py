@@ -175,7 +175,7 @@ def test_seeds_give_mean_and_std_with_n(tmp_path):
 def test_dry_run_plans_and_trains_nothing(tmp_path):
     run = cli("run", "experiments/pe.yaml", "--seeds", "1,2", "--dry-run", "--results", str(tmp_path))
     assert run.returncode == 0, run.stderr
-    for expected in ["8 job(s), nothing trained", "positions=rotary", "5,489,664", "<= 3,072 a side", "500", "run"]:
+    for expected in ["8 job(s), nothing trained", "positions=rotary", "5,489,664", "<= 1,024 a side", "1,450", "run"]:
         assert expected in run.stdout
     assert not any(tmp_path.iterdir())
 
@@ -255,3 +255,18 @@ def test_bad_flags_get_one_line(tmp_path):
         assert run.returncode == 2 and len(run.stderr.splitlines()) == 1, run.stderr
         assert run.stderr.startswith(expected)
     assert not any(tmp_path.iterdir())
+
+
+def test_sigterm_stops_a_sweep_as_ctrl_c_does(tmp_path):
+    args = [str(SMOKE), "--only", "baseline", "--set", "training.max_steps=5000", "--results", str(tmp_path)]
+    proc = start(*args, "--set", "training.checkpoint_every=1000")
+    directory = tmp_path / "smoke" / "runs" / "baseline" / "seed-1"
+    deadline = time.monotonic() + 120
+    while not losses_logged(directory) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGTERM)  # `kill PID`, or a sweep started with nohup in the background
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err
+    assert "run the same command again" in err and "Traceback" not in err
+    step = json.loads((directory / "checkpoints" / "last.json").read_text())["step"]
+    assert 0 < step < 1000

@@ -70,6 +70,10 @@ class Corpus(Part):
             )
         return list(zip(src, tgt, strict=True))
 
+    def fingerprint(self, split: str, languages: list[str]) -> list[tuple[str, int, str]]:
+        """(language, size, SHA-256) of each side of a split: what its text is, whatever its path."""
+        return [(lang, (path := self.path(split, lang)).stat().st_size, sha256(path)) for lang in languages]
+
 
 CORPUS = slot("corpus", Corpus, "the parallel corpus to train and test on")
 
@@ -212,3 +216,25 @@ class Files(Corpus):
         if not path.is_file():
             raise CorpusError(f"{path}: no such file (data.corpus.paths.{split}.{language})")
         return path
+
+
+def corpus_rows() -> list[tuple[str, str, str, str]]:
+    """(name, languages, splits, description) of every registered corpus, for `ablate data list`."""
+    rows = []
+    for corpus in CORPUS:
+        languages = ", ".join(getattr(corpus, "LANGUAGES", ["(per spec)"]))
+        splits = ", ".join(getattr(corpus, "SPLITS", ["(per spec)"]))
+        rows.append((corpus.name, languages, splits, corpus.description()))
+    return rows
+
+
+def download(name: str, root: Path) -> list[Path]:
+    """Every file of a downloadable corpus, fetched where missing and checked against its checksum."""
+    corpus = CORPUS.build(CORPUS.parse(name), root=root)
+    if not hasattr(corpus, "files"):
+        raise UserError(f"corpus '{name}' is read from your own files; there is nothing to download")
+    paths = []
+    for file in corpus.files():
+        split, language, _ = file.split(".")
+        paths.append(corpus.path(split, language))  # downloads what is missing and checks every checksum
+    return paths

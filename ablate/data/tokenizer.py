@@ -12,12 +12,21 @@ import os
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
+from pydantic import Field, PositiveInt
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 
-from ablate.spec import TokenizerSpec
+from ablate.sections import Section
 
 PAD, BOS, EOS, UNK = 0, 1, 2, 3
 SPECIALS = ["<pad>", "<s>", "</s>", "<unk>"]  # ids 0..3, in this order, in every vocabulary
+
+
+class TokenizerSpec(Section):
+    """Subword vocabulary. Training it comes with the data pipeline; its sizes already shape the model."""
+
+    vocab_size: PositiveInt = Field(37000, description="BPE vocabulary size (per language when not joint)")
+    joint: bool = Field(True, description="one vocabulary shared by source and target")
+    min_frequency: PositiveInt = Field(2, description="merges seen fewer times than this are not learned")
 
 
 def cache_dir() -> Path:

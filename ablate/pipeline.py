@@ -1,0 +1,226 @@
+"""One job's work, in the worker: train (resuming from its checkpoint), average, validate, decode, score.
+
+Every rank of a data-parallel job trains; rank 0 alone logs, validates, decodes and scores. What it
+measures is returned as the fields of result.json (ablate.worker writes it).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import platform
+import resource
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ablate import checkpoints, distributed
+from ablate.data.batches import batches as make_batches
+from ablate.data.dataset import Dataset, load_dataset
+from ablate.data.tokenizer import PAD
+from ablate.evaluation import score, translate
+from ablate.job import Job
+from ablate.model import build_model, count_parameters
+from ablate.results import write_text
+from ablate.rundir import (
+    CHECKPOINT,
+    METRICS,
+    Status,
+    append_metrics,
+    checkpoint_step,
+    hypotheses_path,
+    truncate_metrics,
+)
+from ablate.training import Progress, Trainer, autocast, precision_name, validation_loss
+
+
+def train_and_evaluate(job: Job, rank: int, world: int, local_rank: int, stop) -> dict[str, Any]:
+    spec = job.run_spec()
+    data: Dataset = load_dataset(spec.data, spec.tokenizer)
+    device = torch.device(f"cuda:{local_rank}" if job.device == "cuda" else "cpu")
+    if job.threads is not None:
+        torch.set_num_threads(job.threads)  # kernels, hence round-off, depend on it: references pin it
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    torch.manual_seed(job.seed)
+    model = build_model(spec.model, len(data.src_vocab), len(data.tgt_vocab), pad_id=PAD).to(device)
+    reset_peak_memory(device)
+    trainer = Trainer(model, spec.training, spec.model.d_model, device, rank, world)
+    resumed = checkpoint_step(job.directory, job.config_hash)
+    earlier_wall = 0.0
+    if resumed is not None:
+        state = checkpoints.load(job.directory / CHECKPOINT, device)
+        trainer.load_state_dict(state)
+        earlier_wall = state.get("wall_seconds", 0.0)
+        if rank == 0:
+            truncate_metrics(job.directory, resumed)
+            checkpoints.forget_after(job.directory, resumed)
+    elif rank == 0:
+        (job.directory / METRICS).unlink(missing_ok=True)
+    started = time.perf_counter()
+
+    def wall() -> float:
+        """Seconds since the job first started, across restarts: the x axis of the learning curves."""
+        return round(earlier_wall + time.perf_counter() - started, 2)
+
+    out: dict[str, Any] = {
+        "params": count_parameters(model), "device": device_name(device), "gpus": job.gpus, "processes": world,
+        "precision": precision_name(device, spec.training.precision), "src_vocab": len(data.src_vocab),
+        "tgt_vocab": len(data.tgt_vocab), "train_pairs": len(data.train),
+    }  # fmt: skip
+    if resumed is not None:
+        out["resumed_from_step"] = resumed
+    log = Log(job.directory if rank == 0 else None, job.tensorboard if rank == 0 else None, resumed)
+    valid_batches = make_batches(data.valid, spec.training.max_tokens)
+
+    def on_step(p: Progress) -> None:
+        log.write({"step": p.step, "epoch": p.epoch, "loss": round(p.loss, 4), "lr": p.lr,
+                   "step_ms": round(p.step_seconds * 1000, 1), "src_tokens": p.src_tokens,
+                   "tgt_tokens": p.tgt_tokens, "wall_s": wall()})  # fmt: skip
+        log.progress(p, spec.training.max_steps)
+
+    def on_validate(step: int) -> dict[str, Any]:
+        record: dict[str, Any] = {}
+        if rank == 0:
+            record = validate(model, data, valid_batches, spec, device, step)
+            log.write(record | {"wall_s": wall()})
+        distributed.barrier()
+        return record
+
+    def on_checkpoint(step: int) -> None:
+        if rank == 0:
+            state = trainer.state_dict() | {"wall_seconds": wall()}
+            checkpoints.save(job.directory, state, trainer.step, job.config_hash, spec.evaluation.average_checkpoints)
+        distributed.barrier()
+
+    saving = spec.training.checkpoint_every is not None
+    outcome = trainer.fit(data.train, on_step, on_validate, on_checkpoint if saving else None, stop)
+    totals = trainer.totals
+    timed = totals.timed_seconds / totals.timed_steps if totals.timed_steps else totals.step_seconds / outcome.steps
+    out |= {
+        "status": outcome.status, "steps": outcome.steps, "epochs": round(outcome.epochs, 2),
+        "train_seconds": round(totals.train_seconds, 1),
+        "train_src_tokens_per_s": round(totals.src_tokens / totals.step_seconds, 1),
+        "train_tgt_tokens_per_s": round(totals.tgt_tokens / totals.step_seconds, 1),
+        "step_ms": round(1000 * timed, 1), "earlier_wall_seconds": earlier_wall,
+    }  # fmt: skip
+    if outcome.status == Status.INTERRUPTED:
+        return out
+    if outcome.status == Status.DIVERGED:
+        return out | {"error": outcome.reason, "peak_memory_mib": peak_memory_mib(device)}
+    if saving and resumed != outcome.steps:  # a kill while decoding resumes at evaluation
+        on_checkpoint(outcome.steps)
+    if rank != 0:
+        return out  # decoding and scoring are rank 0's
+    if spec.evaluation.average_checkpoints > 1:
+        weights, steps = checkpoints.averaged_weights(job.directory, spec.evaluation.average_checkpoints, device)
+        model.load_state_dict(weights)
+        out["averaged_steps"] = steps
+        log.say(f"averaged the checkpoints of steps {', '.join(map(str, steps))}")
+    final = validate(model, data, valid_batches, spec, device, outcome.steps)
+    if "averaged_steps" in out:
+        final["averaged"] = len(out["averaged_steps"])  # the validation of the model that is decoded
+    log.write(final | {"wall_s": wall()})
+    out |= {"valid_loss": final["valid_loss"], "valid_ppl": final["valid_ppl"]}
+    out |= decode_and_score(model, data, spec, device, job.directory, log)
+    log.close()
+    return out | {"peak_memory_mib": peak_memory_mib(device)}
+
+
+def decode_and_score(model, data: Dataset, spec, device: torch.device, directory: Path, log: Log) -> dict[str, Any]:
+    """Beam search on every test split, hypotheses written, sacreBLEU scores and decoding speed returned."""
+    ev = spec.evaluation
+    amp = autocast(device, spec.training.precision)
+    scores, decode_seconds, decoded = {}, 0.0, 0
+    for split, pairs in data.tests.items():
+        log.say(f"decoding {split} ({len(pairs)} sentences, beam {ev.beam_size})")
+        log.write({"phase": f"decoding {split}"})
+        translation = translate(model, [p[0] for p in pairs], data.src_vocab, data.tgt_vocab,
+                                beam_size=ev.beam_size, alpha=ev.length_penalty, max_extra_len=ev.max_extra_len,
+                                batch_size=ev.batch_size, device=device, autocast=amp)  # fmt: skip
+        write_text(hypotheses_path(directory, split), "\n".join(translation.hypotheses) + "\n")
+        scores[split] = score(translation.hypotheses, [p[1] for p in pairs], ev.lowercase)
+        decode_seconds += translation.seconds
+        decoded += len(pairs)
+    return {"scores": scores, "decode_sentences_per_s": round(decoded / decode_seconds, 1)}
+
+
+class Log:
+    """The run's metrics (metrics.jsonl), optionally TensorBoard scalars, and a plain progress line every 30 s."""
+
+    def __init__(self, directory: Path | None, tensorboard: str | None, resumed: int | None, every_s: float = 30.0):
+        self.directory, self.every_s, self.last = directory, every_s, time.monotonic()
+        self.writer = None
+        if tensorboard is not None:
+            from torch.utils.tensorboard import SummaryWriter  # needs the tensorboard extra; checked by the CLI
+
+            self.writer = SummaryWriter(tensorboard, purge_step=None if resumed is None else resumed + 1)
+
+    def write(self, record: dict[str, Any]) -> None:
+        if self.directory is None:
+            return
+        append_metrics(self.directory, record)
+        if self.writer is not None and "step" in record:
+            for key in ("loss", "lr", "valid_loss", "valid_ppl", "valid_bleu"):
+                if key in record:
+                    tag = key.replace("valid_", "valid/") if key.startswith("valid") else f"train/{key}"
+                    self.writer.add_scalar(tag, record[key], record["step"])
+
+    def progress(self, p: Progress, total: int | None) -> None:
+        if self.directory is not None and time.monotonic() - self.last >= self.every_s:
+            self.last = time.monotonic()
+            rate = (p.src_tokens + p.tgt_tokens) / p.step_seconds if p.step_seconds else 0.0
+            self.say(f"step {p.step}{f'/{total}' if total else ''}  loss {p.loss:.3f}  {rate:,.0f} tok/s")
+
+    def say(self, text: str) -> None:
+        if self.directory is not None:
+            print(text, flush=True)
+
+    def close(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
+
+
+def validate(model, data: Dataset, valid_batches: list, spec, device: torch.device, step: int) -> dict[str, Any]:
+    """Validation loss and perplexity on the whole split; greedy BLEU on its first `valid_bleu_pairs`."""
+    loss = validation_loss(model, valid_batches, device, autocast(device, spec.training.precision))
+    record: dict[str, Any] = {"step": step, "valid_loss": round(loss, 4), "valid_ppl": round(math.exp(loss), 2)}
+    n = min(spec.training.valid_bleu_pairs, len(data.valid_pairs))
+    amp = autocast(device, spec.training.precision)
+    if n:
+        pairs = data.valid_pairs[:n]
+        hyps = translate(model, [p[0] for p in pairs], data.src_vocab, data.tgt_vocab, beam_size=1, alpha=0.0,
+                         max_extra_len=spec.evaluation.max_extra_len, batch_size=spec.evaluation.batch_size,
+                         device=device, autocast=amp).hypotheses  # fmt: skip
+        record["valid_bleu"] = score(hyps, [p[1] for p in pairs], spec.evaluation.lowercase)["bleu"]
+    return record
+
+
+def device_name(device: torch.device) -> str:
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    return f"cpu ({platform.processor() or platform.machine()}, {torch.get_num_threads()} threads)"
+
+
+def reset_peak_memory(device: torch.device) -> None:
+    """Starts the run's peak-memory count: CUDA's allocator statistics, or the process's peak RSS (Linux)."""
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+        return
+    with contextlib.suppress(OSError):  # not Linux: the peak since the process started is reported
+        Path("/proc/self/clear_refs").write_text("5")  # resets VmHWM, the peak resident set size
+
+
+def peak_memory_mib(device: torch.device) -> float:
+    """On CUDA torch's max allocated; on CPU the process's peak resident memory since the reset."""
+    if device.type == "cuda":
+        return round(torch.cuda.max_memory_allocated(device) / 2**20, 1)
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return round(int(line.split()[1]) / 1024, 1)
+    except OSError:
+        pass
+    return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)

@@ -1,0 +1,231 @@
+"""The run directory of one job (a run with one seed): every file name, status, exit code and reader. No torch.
+
+results/<experiment>/runs/<run>/seed-<n>/
+    job.json          the job record the runner hands a worker (ablate.job): resolved spec, config hash, device
+    config.yaml       the resolved spec, for people
+    metrics.jsonl     one JSON object a line: training steps, validations, phases (read with `read_metrics`)
+    result.json       everything measured, written last (read with `read_result`)
+    hypotheses/       <split>.txt, one detokenised translation a line
+    checkpoints/      last.pt and last.json (its step and config hash), step-<n>.pt (see ablate.checkpoints)
+    worker.log        the worker's own output
+    .lock             held (flock) by the process training this job
+
+Everything that reads or writes a run directory (worker, launchers, runner, report, check, the live
+view) goes through this module.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import fcntl
+import hashlib
+import json
+import os
+import socket
+from enum import Enum, IntEnum
+from pathlib import Path
+from typing import Any
+
+from ablate.results import read_json, write_text
+
+JOB, CONFIG, METRICS, RESULT = "job.json", "config.yaml", "metrics.jsonl", "result.json"
+HYPOTHESES, CHECKPOINTS, LOG, LOCK = "hypotheses", "checkpoints", "worker.log", ".lock"
+CHECKPOINT, CHECKPOINT_INFO = f"{CHECKPOINTS}/last.pt", f"{CHECKPOINTS}/last.json"
+STALE = ".stale-"  # seed-<n>.stale-<hash>: an earlier result set aside when the spec changed
+
+
+class Status(str, Enum):
+    """How a job ended (result.json's `status`), or where it stands when it has no result yet."""
+
+    COMPLETED = "completed"
+    DIVERGED = "diverged"  # a result, not a failure: never run again
+    FAILED = "failed"
+    INTERRUPTED = "interrupted"  # stopped with a checkpoint; the next `ablate run` resumes it
+    RUNNING = "running"
+    BUSY = "busy"  # another process held the run's lock
+    RUNNING_ELSEWHERE = "running elsewhere"
+    NOT_RUN = "not run"
+
+    def __str__(self) -> str:
+        return self.value
+
+    @property
+    def done(self) -> bool:
+        """A result that stands: the job is not trained again."""
+        return self in (Status.COMPLETED, Status.DIVERGED)
+
+
+class Exit(IntEnum):
+    """A worker's exit codes (and `ablate run`'s: 0 all done, 1 some failed, 2 bad input, 130 interrupted)."""
+
+    COMPLETED = 0  # completed or diverged
+    FAILED = 1
+    USER_ERROR = 2  # bad input, the same for every run: the sweep stops
+    BUSY = 3
+    INTERRUPTED = 130
+
+
+# Keys that change neither the trained model nor its scores, left out of the config hash (the resume
+# test shows that saving checkpoints does not change training). With checkpoint averaging on, the
+# checkpoints are what gets averaged, so their interval counts.
+BOOKKEEPING = {("training", "checkpoint_every")}
+
+
+def config_hash(spec: dict[str, Any]) -> str:
+    """A short hash of a resolved spec (as `RunSpec.model_dump(mode='json')`), seed included."""
+    data = copy.deepcopy(spec)
+    averaging = (data.get("evaluation") or {}).get("average_checkpoints", 1) > 1
+    for section, key in BOOKKEEPING:
+        if not (averaging and key == "checkpoint_every"):
+            data.get(section, {}).pop(key, None)
+    if not averaging:
+        data.get("evaluation", {}).pop("average_checkpoints", None)  # hashes made before averaging existed hold
+    return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:12]
+
+
+def read_result(directory: Path) -> dict[str, Any] | None:
+    """result.json, or None when there is none (or it cannot be read)."""
+    with contextlib.suppress(OSError, ValueError):
+        return read_json(directory / RESULT)
+    return None
+
+
+def stored_hash(directory: Path) -> str | None:
+    """The config hash of what a run directory holds: job.json's.
+
+    Directories made before job records existed (none are left in results/) hold config.yaml alone;
+    their hash is taken from it.
+    """
+    with contextlib.suppress(OSError, ValueError, KeyError):
+        return read_json(directory / JOB)["config_hash"]
+    import yaml
+
+    with contextlib.suppress(OSError, yaml.YAMLError, AttributeError):
+        return config_hash(yaml.safe_load((directory / CONFIG).read_text(encoding="utf-8")))
+    return None
+
+
+def checkpoint_step(directory: Path, expected_hash: str) -> int | None:
+    """The step of the run's last checkpoint, when there is one made with this config."""
+    with contextlib.suppress(OSError, ValueError, KeyError):
+        info = read_json(directory / CHECKPOINT_INFO)
+        if info["config_hash"] == expected_hash and (directory / CHECKPOINT).is_file():
+            return int(info["step"])
+    return None
+
+
+def parse_metrics(lines: str) -> list[dict[str, Any]]:
+    """JSON lines to records; a line that is not JSON (cut off by a kill) is skipped."""
+    records = []
+    for line in lines.splitlines():
+        with contextlib.suppress(ValueError):
+            record = json.loads(line)
+            if isinstance(record, dict):
+                records.append(record)
+    return records
+
+
+def read_metrics(directory: Path) -> list[dict[str, Any]]:
+    """Every record of metrics.jsonl: steps (`loss`), validations (`valid_loss`), phases (`phase`)."""
+    with contextlib.suppress(OSError):
+        return parse_metrics((directory / METRICS).read_text(encoding="utf-8"))
+    return []
+
+
+class MetricsTail:
+    """Reads the records appended to a run's metrics.jsonl since the last call (the live view's reader)."""
+
+    def __init__(self, directory: Path):
+        self.path, self.offset = directory / METRICS, 0
+
+    def read(self) -> list[dict[str, Any]]:
+        try:
+            with self.path.open("rb") as f:
+                f.seek(self.offset)
+                chunk = f.read()
+        except OSError:
+            return []
+        end = chunk.rfind(b"\n") + 1  # a line being written is read next time
+        self.offset += end
+        return parse_metrics(chunk[:end].decode("utf-8", errors="replace"))
+
+
+def append_metrics(directory: Path, record: dict[str, Any]) -> None:
+    with (directory / METRICS).open("a", encoding="utf-8") as f:
+        f.write(json.dumps(record) + "\n")
+
+
+def truncate_metrics(directory: Path, step: int) -> None:
+    """Keeps the log up to a checkpoint: what came after it will be logged again by the resumed run."""
+    path = directory / METRICS
+    if not path.is_file():
+        return
+    kept = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        with contextlib.suppress(ValueError):
+            record = json.loads(line)
+            if record.get("step", 0) <= step and "phase" not in record:
+                kept.append(line)
+    write_text(path, "".join(f"{line}\n" for line in kept))
+
+
+def hypotheses_path(directory: Path, split: str) -> Path:
+    return directory / HYPOTHESES / f"{split}.txt"
+
+
+def read_hypotheses(directory: Path, split: str) -> list[str] | None:
+    path = hypotheses_path(directory, split)
+    return path.read_text(encoding="utf-8").splitlines() if path.is_file() else None
+
+
+def seed_dirs(run_dir: Path) -> list[Path]:
+    """The job directories of one run (seed-<n>), by seed, stale ones left out."""
+    found = [p for p in run_dir.glob("seed-*") if STALE not in p.name and p.is_dir()]
+    return sorted(found, key=_seed_number)
+
+
+def _seed_number(path: Path) -> tuple[int, str]:
+    number = path.name.removeprefix("seed-").split(".")[0]
+    return (int(number), path.name) if number.isdigit() else (1 << 30, path.name)
+
+
+def stale_path(directory: Path) -> Path:
+    """Where an earlier result goes when the spec has changed: seed-<n>.stale-<hash>[-k], never over another."""
+    stale = directory.with_name(f"{directory.name}{STALE}{stored_hash(directory)}")
+    n = 1
+    while stale.exists():
+        stale, n = directory.with_name(f"{directory.name}{STALE}{stored_hash(directory)}-{n}"), n + 1
+    return stale
+
+
+class RunLock:
+    """An exclusive lock on a run directory, held while a worker trains it (released when the process dies)."""
+
+    def __init__(self, directory: Path):
+        self.path = directory / LOCK
+        self.fd: int | None = None
+
+    def acquire(self, wait: bool) -> bool:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+        except BlockingIOError:
+            os.close(fd)
+            return False
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{socket.gethostname()} {os.getpid()}\n".encode())
+        self.fd = fd
+        return True
+
+    def release(self) -> None:
+        if self.fd is not None:
+            fcntl.flock(self.fd, fcntl.LOCK_UN)
+            os.close(self.fd)
+            self.fd = None
+
+    def holder(self) -> str:
+        with contextlib.suppress(OSError):
+            return self.path.read_text().strip()
+        return "?"

@@ -1,0 +1,133 @@
+"""Checkpoint files: averaging is the elementwise mean, loading refuses anything but data, resume holds."""
+
+import json
+import signal
+
+import pytest
+import torch
+
+from ablate import checkpoints
+from ablate.errors import UserError
+from tests.conftest import ROOT, cli, tiny_model
+from tests.test_runner import DETERMINISTIC, losses, result, start, table, wait_for_checkpoint
+
+SMOKE = ROOT / "experiments" / "smoke.yaml"
+
+
+def test_n_copies_of_one_checkpoint_average_to_it():
+    state = tiny_model().state_dict()
+    averaged = checkpoints.average([state] * 5)
+    assert list(averaged) == list(state)
+    for key, value in state.items():
+        torch.testing.assert_close(averaged[key], value, rtol=0, atol=1e-7, msg=key)
+        assert averaged[key].dtype == value.dtype
+
+
+def test_two_state_dicts_average_to_their_elementwise_mean():
+    g = torch.Generator().manual_seed(0)
+    a = {"w": torch.randn(3, 4, generator=g), "b": torch.randn(4, generator=g), "count": torch.tensor(3)}
+    b = {"w": torch.randn(3, 4, generator=g), "b": torch.randn(4, generator=g), "count": torch.tensor(7)}
+    averaged = checkpoints.average([a, b])
+    torch.testing.assert_close(averaged["w"], (a["w"] + b["w"]) / 2)
+    torch.testing.assert_close(averaged["b"], (a["b"] + b["b"]) / 2)
+    assert averaged["count"].item() == 7  # an integer buffer is not averaged: the last one stands
+    with pytest.raises(ValueError, match="different tensors"):
+        checkpoints.average([a, {"w": a["w"]}])
+
+
+def test_saving_keeps_the_weights_of_the_last_n_steps(tmp_path):
+    model = tiny_model()
+    for step in (10, 20, 30, 40):
+        with torch.no_grad():
+            for p in model.parameters():
+                p.fill_(step)
+        checkpoints.save(tmp_path, {"model": model.state_dict(), "step": step}, step, "hash", keep=3)
+    assert checkpoints.kept_steps(tmp_path) == [20, 30, 40]
+    averaged, steps = checkpoints.averaged_weights(tmp_path, 3)
+    assert steps == [20, 30, 40]
+    assert all(torch.all(v == 30) for k, v in averaged.items() if "weight" in k or "bias" in k)
+    assert json.loads((tmp_path / "checkpoints" / "last.json").read_text()) == {"step": 40, "config_hash": "hash"}
+    checkpoints.forget_after(tmp_path, 30)
+    assert checkpoints.kept_steps(tmp_path) == [20, 30]
+
+
+class Exploit:
+    """Unpickling this would run a shell command."""
+
+    def __init__(self, marker):
+        self.marker = marker
+
+    def __reduce__(self):
+        import os
+
+        return os.system, (f"touch {self.marker}",)
+
+
+def test_a_checkpoint_holding_an_arbitrary_object_is_refused(tmp_path):
+    marker = tmp_path / "pwned"
+    path = tmp_path / "last.pt"
+    torch.save({"model": {}, "payload": Exploit(marker)}, path)
+    with pytest.raises(UserError, match="refused: a checkpoint holds tensors and plain data only"):
+        checkpoints.load(path)
+    assert not marker.exists()
+
+
+def test_a_crafted_checkpoint_stops_the_sweep_with_one_line(tmp_path):
+    args = [str(SMOKE), "--only", "baseline", "--set", "training.max_steps=30", "--set", "training.checkpoint_every=10",
+            "--results", str(tmp_path)]  # fmt: skip
+    assert cli("run", *args).returncode == 0
+    directory = tmp_path / "smoke" / "runs" / "baseline" / "seed-1"
+    (directory / "result.json").unlink()  # as if killed before the end: the next run resumes from last.pt
+    marker = tmp_path / "pwned"
+    torch.save({"model": {}, "payload": Exploit(marker)}, directory / "checkpoints" / "last.pt")
+    run = cli("run", *args)
+    assert run.returncode == 2 and "Traceback" not in run.stderr, run.stderr
+    (line,) = run.stderr.strip().splitlines()
+    assert "last.pt: refused: a checkpoint holds tensors and plain data only" in line
+    assert not marker.exists()
+
+
+def test_kill_9_then_resume_with_averaging_gives_the_uninterrupted_table(tmp_path):
+    args = [str(SMOKE), "--only", "baseline", "--set", "training.max_steps=300", "--set",
+            "training.checkpoint_every=25", "--set", "evaluation.average_checkpoints=4"]  # fmt: skip
+    proc = start(*args, "--results", str(tmp_path / "killed"))
+    directory = tmp_path / "killed" / "smoke" / "runs" / "baseline" / "seed-1"
+    step = wait_for_checkpoint(directory, proc, at_least=125)
+    proc.send_signal(signal.SIGKILL)
+    proc.communicate()
+    assert step < 300 and not (directory / "result.json").exists()
+    resumed = cli("run", *args, "--results", str(tmp_path / "killed"))
+    assert resumed.returncode == 0, resumed.stderr
+    straight = cli("run", *args, "--results", str(tmp_path / "straight"))
+    assert straight.returncode == 0, straight.stderr
+
+    killed, uninterrupted = (table(tmp_path / d / "smoke")["baseline"] for d in ("killed", "straight"))
+    assert {c: killed[c] for c in DETERMINISTIC} == {c: uninterrupted[c] for c in DETERMINISTIC}
+    assert losses(tmp_path / "killed" / "smoke", "baseline") == losses(tmp_path / "straight" / "smoke", "baseline")
+    for d in ("killed", "straight"):
+        assert result(tmp_path / d / "smoke", "baseline")["averaged_steps"] == [225, 250, 275, 300]
+
+
+def test_averaging_needs_checkpoints(write):
+    path = write("e.yaml", f"name: e\nextends: {SMOKE}\ntraining: {{checkpoint_every: null}}\n"
+                           "evaluation: {average_checkpoints: 5}\n")  # fmt: skip
+    run = cli("validate", str(path))
+    assert run.returncode == 2
+    assert run.stderr.strip() == (
+        f"{path}: evaluation.average_checkpoints: averaging 5 checkpoints needs training.checkpoint_every"
+    )
+
+
+def test_averaging_changes_the_config_hash_only_when_on():
+    from ablate.experiment import load_experiment
+    from ablate.rundir import config_hash
+
+    spec = load_experiment(SMOKE).baseline.spec.model_dump(mode="json")
+    checkpointed = json.loads(json.dumps(spec))
+    checkpointed["training"]["checkpoint_every"] = 7
+    assert config_hash(spec) == config_hash(checkpointed)  # bookkeeping alone
+    averaged = json.loads(json.dumps(checkpointed))
+    averaged["evaluation"]["average_checkpoints"] = 3
+    other = json.loads(json.dumps(averaged))
+    other["training"]["checkpoint_every"] = 8
+    assert len({config_hash(spec), config_hash(averaged), config_hash(other)}) == 3  # now what is averaged counts

@@ -1,0 +1,135 @@
+"""GPU scheduling of the local launcher, with a fake list of visible GPUs handed to real CPU workers.
+
+No GPU has been lent to this project, so the scheduler is tested with GPUs that are not there: the
+launcher hands out their indices (CUDA_VISIBLE_DEVICES) and the workers, told to train on the CPU,
+record what they were given and when they ran.
+"""
+
+from datetime import datetime
+from itertools import combinations
+
+import pytest
+
+from ablate.devices import Resources, place, resources
+from ablate.errors import UserError
+from ablate.experiment import load_experiment
+from ablate.launchers.local import LocalLauncher
+from ablate.plan import plan
+from ablate.progress import SweepView
+from ablate.runner import collect, prepare, prepare_data, write_results
+from tests.conftest import ROOT
+
+SMOKE = ROOT / "experiments" / "smoke.yaml"
+PLUGIN = ROOT / "tests" / "fixtures" / "failing_part.py"
+
+
+def sweep(tmp_path, write, variants: str, gpus: list[int], per_run: int, model: str = "{}"):
+    """Plans, prepares and launches an experiment on fake GPUs; returns its records, in plan order, and the table."""
+    path = write("gpus.yaml", f"""
+name: gpus
+extends: {SMOKE}
+plugins: [{PLUGIN}]
+model: {model}
+data: {{max_pairs: 100}}
+training: {{max_steps: 40, validate_every: null, checkpoint_every: null}}
+evaluation: {{beam_size: 1, max_extra_len: 5}}
+variants:
+{variants}
+""")  # fmt: skip
+    experiment = load_experiment(path)
+    planned = plan(experiment, tmp_path / "results")
+    prepare_data([p.job for p in planned])
+    for p in planned:
+        prepare(p)
+    jobs = [p.job for p in planned]
+    from rich.console import Console
+
+    view = SweepView(Console(file=open(tmp_path / "view.log", "w"), width=200), jobs)  # noqa: SIM115
+    launcher = LocalLauncher(Resources(gpus, per_run, device="cpu"))
+    try:
+        outcomes = launcher.launch(jobs, view)
+    finally:
+        view.close()
+    records = collect(planned, outcomes)
+    _, frame, _ = write_results(experiment, tmp_path / "results", planned, outcomes)
+    return records, frame
+
+
+def interval(record):
+    return datetime.fromisoformat(record["started_at"]), datetime.fromisoformat(record["ended_at"])
+
+
+def overlap(a, b) -> bool:
+    (a0, a1), (b0, b1) = interval(a), interval(b)
+    return a0 < b1 and b0 < a1
+
+
+def most_at_once(records) -> int:
+    events = sorted([(interval(r)[0], 1) for r in records] + [(interval(r)[1], -1) for r in records])
+    running = peak = 0
+    for _, delta in events:
+        running += delta
+        peak = max(peak, running)
+    return peak
+
+
+def check_schedule(records, gpus: list[int], per_run: int) -> None:
+    slots = len(gpus) // per_run
+    assert most_at_once(records) <= slots
+    for record in records:  # each worker saw exactly the GPUs it was given, as many as a run takes
+        assert len(record["gpu_ids"]) == per_run and set(record["gpu_ids"]) <= set(gpus)
+        assert record["visible_gpus"] == ",".join(map(str, record["gpu_ids"]))
+    for a, b in combinations(records, 2):  # jobs that ran at the same time held disjoint GPUs
+        if overlap(a, b):
+            assert not set(a["gpu_ids"]) & set(b["gpu_ids"]), (a["run"], b["run"])
+    first = sorted(records, key=lambda r: interval(r)[0])
+    for later in first[slots:]:  # once every GPU is taken, a job starts on GPUs a finished job handed back
+        start = interval(later)[0]
+        assert any(interval(r)[1] <= start and r["gpu_ids"] == later["gpu_ids"] for r in records), later["run"]
+
+
+def test_one_gpu_a_run_four_at_once_with_disjoint_gpus(tmp_path, write):
+    grid = "\n".join(f"  ff{d}: {{model.d_ff: {d}}}" for d in (48, 80, 96, 112, 128))
+    records, frame = sweep(tmp_path, write, grid, gpus=[0, 1, 2, 3], per_run=1)
+    assert [r["status"] for r in records] == ["completed"] * 6
+    check_schedule(records, [0, 1, 2, 3], 1)
+    assert most_at_once(records) >= 2  # they did run side by side
+    table = frame.set_index("run")
+    for record in records:  # the table records each job's GPUs
+        assert table.loc[record["run"], "GPUs"] == 1
+        assert table.loc[record["run"], "GPU ids"] == str(record["gpu_ids"][0])
+
+
+def test_two_gpus_a_run_under_torchrun_and_a_failed_job_frees_its_gpus(tmp_path, write):
+    variants = "  breaks: {model.feedforward: broken_on_purpose}\n  ff48: {model.d_ff: 48}"
+    records, frame = sweep(tmp_path, write, variants, gpus=[0, 1, 2, 3], per_run=2)
+    assert [r["status"] for r in records] == ["completed", "failed", "completed"]
+    check_schedule(records, [0, 1, 2, 3], 2)
+    assert all(r.get("processes", 2) == 2 for r in records)  # torchrun: one process a GPU
+    assert frame.set_index("run").loc["baseline", "GPU ids"] in ("0,1", "2,3")
+
+
+def test_a_failed_job_hands_its_gpu_to_the_next(tmp_path, write):
+    broken = "{feedforward: broken_on_purpose}"  # the first job fails; the second needs its only GPU
+    breaks, works = sweep(tmp_path, write, "  works: {model.feedforward: relu}", [5], 1, model=broken)[0]
+    assert breaks["status"] == "failed" and works["status"] == "completed"
+    assert works["gpu_ids"] == breaks["gpu_ids"] == [5]
+    assert interval(breaks)[1] <= interval(works)[0]
+
+
+def test_resources_are_checked_against_the_gpus_there_are():
+    assert resources("auto", 2, visible=[0, 1, 2, 3]).parallel == 2
+    assert resources("cpu", 1, visible=[0, 1]).gpus == []
+    with pytest.raises(UserError, match="only 2 GPU"):
+        resources("auto", 3, visible=[0, 1])
+    with pytest.raises(UserError, match="no GPU is visible"):
+        resources("cuda", 1, visible=[])
+
+
+def test_place_records_where_a_job_trains(tmp_path):
+    experiment = load_experiment(SMOKE)
+    job = plan(experiment, tmp_path)[0].job
+    place(job, 2, [4, 7])
+    assert (job.device, job.gpus, job.gpu_ids) == ("cuda", 2, [4, 7])
+    place(job, 0)
+    assert (job.device, job.gpus, job.gpu_ids) == ("cpu", 0, [])

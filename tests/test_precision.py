@@ -1,0 +1,57 @@
+"""training.precision: bf16 autocast with fp32 master weights and an fp32 loss, on the CPU too; auto follows the CPU."""
+
+import json
+
+import pytest
+import torch
+
+from ablate.data.batches import collate
+from ablate.data.tokenizer import BOS, EOS
+from ablate.spec import TrainingSpec
+from ablate.training import Trainer, autocast, native_bf16, precision_name
+from tests.conftest import ROOT, cli, tiny_model
+
+CPU = torch.device("cpu")
+
+
+def test_auto_is_bf16_on_cuda_and_on_cpus_with_native_bf16():
+    assert precision_name(CPU, "auto") == ("bf16" if native_bf16() else "fp32")
+    assert precision_name(torch.device("cuda"), "auto") == "bf16"
+    assert precision_name(CPU, "fp32") == "fp32" and precision_name(CPU, "bf16") == "bf16"
+
+
+def test_native_bf16_is_what_torch_reports():
+    reported = torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported()
+    assert native_bf16() == reported
+
+
+def batch():
+    g = torch.Generator().manual_seed(0)
+    rows = [(torch.randint(4, 50, (n,), generator=g).tolist(), torch.randint(4, 50, (n + 1,), generator=g).tolist())
+            for n in (5, 7, 9, 6)]  # fmt: skip
+    return [([*s, EOS], [BOS, *t, EOS]) for s, t in rows]
+
+
+@pytest.mark.parametrize("precision", ["bf16", "fp32"])
+def test_a_step_computes_in_the_precision_and_keeps_fp32_weights(precision):
+    model = tiny_model()
+    with autocast(CPU, precision):
+        examples = collate(batch())
+        logits = model(examples.src, examples.tgt[:, :-1])
+    assert logits.dtype == (torch.bfloat16 if precision == "bf16" else torch.float32)
+    spec = TrainingSpec(schedule={"name": "constant", "lr": 1e-3}, max_steps=1, precision=precision)
+    trainer = Trainer(model.train(), spec, 32, CPU)
+    loss = trainer.train_step([collate(batch())])
+    assert all(p.dtype == torch.float32 for p in model.parameters())  # master weights
+    assert all(s["exp_avg"].dtype == torch.float32 for s in trainer.optimizer.state.values())
+    reference = Trainer(tiny_model().train(), spec.model_copy(update={"precision": "fp32"}), 32, CPU)
+    assert loss == pytest.approx(reference.train_step([collate(batch())]), abs=0.05)  # bf16 round-off, same loss
+
+
+def test_a_bf16_run_through_the_cli_records_its_precision(tmp_path):
+    run = cli("run", str(ROOT / "experiments" / "smoke.yaml"), "--only", "baseline", "--set", "training.max_steps=20",
+              "--set", "training.precision=bf16", "--results", str(tmp_path))  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    result = json.loads((tmp_path / "smoke" / "runs" / "baseline" / "seed-1" / "result.json").read_text())
+    assert result["precision"] == "bf16" and result["status"] == "completed"
+    assert "bf16" in (tmp_path / "smoke" / "summary.csv").read_text()
