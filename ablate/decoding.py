@@ -84,7 +84,7 @@ def beam_search(model: Transformer, src: Tensor, beam_size: int = 4, alpha: floa
                 for beam, token, score in chosen:
                     hypothesis = [*ys[b * k + beam, 1:].tolist(), token]
                     finished[sentence].append((score / length_penalty(len(hypothesis), alpha), hypothesis))
-            if at_limit or not chosen or _done(finished[sentence], chosen[0][2], t + 2, k, alpha):
+            if at_limit or not chosen or _done(finished[sentence], chosen[0][2], max_len[sentence], k, alpha):
                 continue
             chosen += [(*chosen[-1][:2], float("-inf"))] * (k - len(chosen))  # pad with dead beams
             keep.append(b)
@@ -103,9 +103,14 @@ def beam_search(model: Transformer, src: Tensor, beam_size: int = 4, alpha: floa
     return [max(hyps, key=lambda h: h[0])[1] if hyps else [] for hyps in finished]
 
 
-def _done(finished: list[tuple[float, list[int]]], best_live: float, length: int, k: int, alpha: float) -> bool:
-    """k hypotheses have ended, and the best live one, however it ends, scores no better than the worst of them."""
-    return len(finished) >= k and best_live / length_penalty(length, alpha) <= finished[-1][0]
+def _done(finished: list[tuple[float, list[int]]], best_live: float, max_len: int, k: int, alpha: float) -> bool:
+    """k hypotheses have ended, and the best live one, however it ends, scores no better than the worst of them.
+
+    A live beam's log-probability only falls as it grows, but with alpha > 0 the penalty it is divided
+    by grows too: its best possible score is its log-probability now over the penalty at the longest
+    it may become (tensor2tensor's bound), not at the next step.
+    """
+    return len(finished) >= k and best_live / length_penalty(max_len, alpha) <= finished[-1][0]
 
 
 def translate_ids(model: Transformer, src: Tensor, beam_size: int, alpha: float, max_extra_len: int) -> list[list[int]]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -50,10 +51,16 @@ def translate(
 
 
 def score(hypotheses: Sequence[str], references: Sequence[str], lowercase: bool = False) -> dict[str, float | str]:
-    """Corpus BLEU (13a tokenisation) and chrF of detokenised text against the raw references."""
+    """Corpus BLEU (13a tokenisation) and chrF of detokenised text against the references.
+
+    Both sides are NFC-normalised first: hypotheses come out of the vocabulary in NFC (its normaliser),
+    and a reference written in NFD ("a" + combining diaeresis for "ä") would otherwise never match them.
+    """
+    hypotheses = [unicodedata.normalize("NFC", h) for h in hypotheses]
+    references = [unicodedata.normalize("NFC", r) for r in references]
     bleu = BLEU(lowercase=lowercase)
     chrf = CHRF(lowercase=lowercase)
-    b = bleu.corpus_score(list(hypotheses), [list(references)])
-    c = chrf.corpus_score(list(hypotheses), [list(references)])
+    b = bleu.corpus_score(hypotheses, [references])
+    c = chrf.corpus_score(hypotheses, [references])
     return {"bleu": round(b.score, 2), "chrf": round(c.score, 2), "bleu_signature": str(bleu.get_signature()),
             "chrf_signature": str(chrf.get_signature())}  # fmt: skip

@@ -79,3 +79,49 @@ def test_decoding_stops_at_source_length_plus_max_extra():
     src = pad([[5, 6, EOS], [5, 6, 7, 8, EOS]])
     assert [len(h) for h in greedy(model, src, max_extra_len=2)] == [5, 7]
     assert [len(h) for h in beam_search(model, src, 3, 0.6, max_extra_len=2)] == [5, 7]
+
+
+class Scripted:
+    """A 'model' whose next-token log-probabilities depend on the last token alone, from a table."""
+
+    def __init__(self, table: torch.Tensor):
+        self.table = table  # (V, V): row = last token, columns = log P(next)
+
+    def encode(self, src):
+        return torch.zeros(src.size(0), 1, 1), torch.zeros(src.size(0), 1, 1, dtype=torch.bool)
+
+    def new_cache(self):
+        class Cache:
+            def reorder(self, index):
+                pass
+
+        return Cache()
+
+    def decode(self, ys, memory, src_mask, cache):
+        return torch.nn.functional.one_hot(ys[:, -1:], self.table.size(0)).float()  # (B, 1, V)
+
+    def generator(self, hidden):
+        return hidden @ self.table  # (B, V): the row of each beam's last token
+
+
+def test_beam_search_keeps_a_growing_beam_that_the_length_penalty_will_favour():
+    """After <s>: </s> with log-prob -1.0, token 5 -1.106, token 4 -1.2; 5 is always followed by </s>,
+    4 by 4 with probability 1. With alpha 0.6, [4] x 20 (cut at the length limit) scores -1.2 / lp(20) =
+    -0.51, better than [] (-1.0) or [5] (-1.01): search must not stop when [] and [5] have ended."""
+    never = -1e9
+    V, alpha = 6, 0.6
+    table = torch.full((V, V), never)
+    p_eos, p_4 = torch.tensor(-1.0).exp(), torch.tensor(-1.2).exp()
+    table[BOS, EOS], table[BOS, 4], table[BOS, 5] = -1.0, -1.2, (1 - p_eos - p_4).log()
+    table[5, EOS] = 0.0
+    table[4, 4] = 0.0
+    src = torch.tensor([[7, EOS]])  # max length: 2 + max_extra_len 18 = 20
+
+    def lp(n):
+        return ((5 + n) / 6) ** alpha
+
+    candidates = {(): -1.0 / lp(1), (5,): table[BOS, 5].item() / lp(2)}
+    candidates |= {(4,) * n: -1.2 / lp(n) for n in range(1, 21)}
+    best = max(candidates, key=candidates.get)
+    assert best == (4,) * 20
+    assert beam_search(Scripted(table), src, beam_size=2, alpha=alpha, max_extra_len=18) == [list(best)]

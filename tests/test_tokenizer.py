@@ -38,3 +38,24 @@ def test_separate_vocabularies_and_cache(pairs, monkeypatch):
     assert again.encode(["Zwei Männer"]) == src.encode(["Zwei Männer"])
     with pytest.raises(AssertionError, match="trained again"):
         vocabularies(train[:5000], spec, "another corpus")
+
+
+def test_the_cache_follows_the_training_files_content_not_their_paths(tmp_path):
+    from ablate.data import dataset
+    from ablate.data.dataset import DataSpec, load_dataset
+
+    def corpus(root, word: str):
+        root.mkdir(exist_ok=True)
+        for split in ("train", "val", "test"):
+            (root / f"{split}.en").write_text(f"a {word} runs\n" * 50 + "the dog sleeps\n" * 50)
+            (root / f"{split}.de").write_text(f"ein {word} läuft\n" * 50 + "der Hund schläft\n" * 50)
+        paths = {split: {"en": f"{split}.en", "de": f"{split}.de"} for split in ("train", "val", "test")}
+        return DataSpec(corpus={"name": "files", "paths": paths}, test=["test"], data_dir=str(root))
+
+    def vocabulary(spec):
+        dataset._load.cache_clear()  # the in-memory cache of this process; the disk cache is what is tested
+        return load_dataset(spec, TokenizerSpec(vocab_size=60, min_frequency=1)).src_vocab.tokenizer.get_vocab()
+
+    assert "▁zebra" in vocabulary(corpus(tmp_path / "a", "zebra"))
+    assert "▁walrus" in vocabulary(corpus(tmp_path / "a", "walrus"))  # edited in place
+    assert "▁okapi" in vocabulary(corpus(tmp_path / "b", "okapi"))  # another directory, the same relative paths
