@@ -6,7 +6,7 @@ from torch import nn
 
 import ablate
 from ablate.errors import SpecValueError
-from ablate.parts.feedforward import FEEDFORWARD
+from ablate.parts.feedforward import FEEDFORWARD, FeedForward, ReLUFeedForward
 from ablate.parts.positions import POSITIONS, Positions
 from ablate.registry import REGISTRY, Part, PartParams, Slot, slot
 from tests.conftest import ROOT, cli
@@ -66,6 +66,26 @@ def test_every_part_has_a_description_and_a_strict_params_model():
             assert part.description(), part
             assert issubclass(part.Params, PartParams)
             assert part.Params.model_config["extra"] == "forbid"
+
+
+def test_a_required_parameter_is_always_written_out():
+    # A private slot, not FEEDFORWARD: the registry the other tests iterate over stays as it was.
+    widths = Slot("feedforward", FeedForward, "feed-forward parts of this test")
+
+    @widths.register("widened_relu")
+    class Widened(ReLUFeedForward):
+        """relu FFN whose hidden width is d_ff times a factor that must be given."""
+
+        class Params(PartParams):
+            width_factor: float
+            bias: bool = True
+
+    spec = widths.parse({"name": "widened_relu", "width_factor": 1.0})
+    assert str(spec) == "widened_relu(width_factor=1.0)"  # required: written out even where it is 1.0
+    assert spec.dump() == {"name": "widened_relu", "width_factor": 1.0}  # bias keeps its default: left out
+    assert widths.parse(spec.dump()) == spec
+    unbiased = widths.parse({"name": "widened_relu", "width_factor": 2.0, "bias": False})
+    assert unbiased.dump() == {"name": "widened_relu", "width_factor": 2.0, "bias": False}
 
 
 def test_plugin_file_registers_a_part_that_validates_and_runs(write):

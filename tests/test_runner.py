@@ -213,7 +213,11 @@ def test_two_gloo_processes_train_like_one(tmp_path):
             key = slice(32, 64) if "w_qkv" in name else slice(0, 32)
             w, other = w.clone(), other.clone()
             w[key] = other[key] = 0
-        torch.testing.assert_close(w, other, atol=1e-6, rtol=1e-5, msg=name)
+        # Round-off differs between 1 process of 2 threads and 2 processes of 1 thread (gloo sums the
+        # gradients), and 40 Adam steps carry it: measured at most 1e-6 on a Zen 4, 1.2e-4 on an Intel
+        # Cascade Lake (the losses agree to their 4 logged decimals on both). A real sharding bug moves
+        # weights by lr-sized steps, 1e-3 and more.
+        torch.testing.assert_close(w, other, atol=5e-4, rtol=1e-4, msg=name)
 
 
 def test_submitit_local_executor_round_trip(tmp_path):
