@@ -50,11 +50,6 @@ class Status(str, Enum):
     def __str__(self) -> str:
         return self.value
 
-    @property
-    def done(self) -> bool:
-        """A result that stands: the job is not trained again."""
-        return self in (Status.COMPLETED, Status.DIVERGED)
-
 
 class Exit(IntEnum):
     """A worker's exit codes (and `ablate run`'s: 0 all done, 1 some failed, 2 bad input, 130 interrupted)."""
