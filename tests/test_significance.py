@@ -1,0 +1,86 @@
+"""ΔBLEU intervals over seeds and sentences: coverage on synthetic scores with a known answer, and BLEU itself."""
+
+import numpy as np
+import pytest
+
+from ablate.significance import bleu_scorer, bleu_statistics, delta_interval
+
+
+def mean_score(sums: np.ndarray) -> np.ndarray:
+    """Statistics (value, count) summed over sentences -> the mean per-sentence score."""
+    return sums[:, 0] / sums[:, 1]
+
+
+def arm(rng, sentences: np.ndarray, seeds: int, quality: float, seed_sd: float) -> np.ndarray:
+    """(seeds, N, 2): a shared sentence difficulty, a per-seed offset and per-sentence noise."""
+    n = len(sentences)
+    values = quality + sentences[None] + rng.normal(0, seed_sd, (seeds, 1)) + rng.normal(0, 1, (seeds, n))
+    return np.stack([values, np.ones_like(values)], axis=-1)
+
+
+@pytest.mark.parametrize("seed_sd", [0.05, 0.3])
+def test_equal_arms_cover_zero_about_95_percent_of_the_time(seed_sd):
+    rng = np.random.default_rng(1)
+    covered = 0
+    for trial in range(400):
+        sentences = rng.normal(0, 0.5, 200)
+        a, b = arm(rng, sentences, 3, 0.0, seed_sd), arm(rng, sentences, 3, 0.0, seed_sd)
+        interval = delta_interval(a, b, mean_score, resamples=200, seed=trial)
+        assert interval.seeds and interval.low < interval.delta < interval.high
+        covered += not interval.excludes_zero
+    assert 0.90 * 400 <= covered <= 0.99 * 400, covered
+
+
+def test_a_percentile_bootstrap_over_three_seeds_would_be_over_confident():
+    """Why the seed level takes Student's t: resampling 3 seeds misses far more often than 5% of the time."""
+    rng = np.random.default_rng(2)
+    covered = 0
+    for _ in range(300):
+        sentences = rng.normal(0, 0.5, 200)
+        a, b = arm(rng, sentences, 3, 0.0, 0.3), arm(rng, sentences, 3, 0.0, 0.3)
+        means = []
+        for _ in range(200):
+            w = np.bincount(rng.integers(0, 200, 200), minlength=200)
+            pick_a, pick_b = rng.integers(0, 3, 3), rng.integers(0, 3, 3)
+            means.append((b[pick_b, :, 0] @ w).mean() / 200 - (a[pick_a, :, 0] @ w).mean() / 200)
+        low, high = np.percentile(means, [2.5, 97.5])
+        covered += low <= 0 <= high
+    assert covered < 0.9 * 300, covered
+
+
+def test_a_clearly_better_arm_excludes_zero():
+    rng = np.random.default_rng(3)
+    sentences = rng.normal(0, 0.5, 300)
+    a, b = arm(rng, sentences, 3, 0.0, 0.1), arm(rng, sentences, 3, 1.0, 0.1)
+    interval = delta_interval(a, b, mean_score)
+    assert interval.excludes_zero and interval.low > 0.5
+    assert abs(interval.delta - (b[..., 0].mean() - a[..., 0].mean())) < 1e-12
+
+
+def test_seed_variance_widens_the_interval_and_one_seed_leaves_it_out():
+    rng = np.random.default_rng(4)
+    sentences = rng.normal(0, 0.5, 300)
+    calm = delta_interval(arm(rng, sentences, 3, 0, 0.0), arm(rng, sentences, 3, 0, 0.0), mean_score)
+    noisy = delta_interval(arm(rng, sentences, 3, 0, 2.0), arm(rng, sentences, 3, 0, 2.0), mean_score)
+    assert noisy.high - noisy.low > 3 * (calm.high - calm.low)
+    single = delta_interval(arm(rng, sentences, 1, 0, 2.0), arm(rng, sentences, 3, 0, 2.0), mean_score)
+    assert not single.seeds and single.df == 299  # test-set sampling alone
+    with pytest.raises(ValueError, match="do not match"):
+        delta_interval(arm(rng, sentences, 2, 0, 0), arm(rng, sentences[:10], 2, 0, 0), mean_score)
+
+
+def test_bleu_statistics_sum_to_sacrebleus_corpus_bleu():
+    from sacrebleu.metrics import BLEU
+
+    rng = np.random.default_rng(5)
+    words = ["the", "a", "cat", "dog", "sat", "on", "mat", "red", "big", "small"]
+    refs = [" ".join(rng.choice(words, 8)) for _ in range(50)]
+    hyps = [" ".join(w if rng.random() < 0.7 else rng.choice(words) for w in r.split()) for r in refs]
+    stats = bleu_statistics(hyps, refs, lowercase=False)
+    assert stats.shape[0] == 50
+    expected = BLEU().corpus_score(hyps, [refs]).score
+    assert bleu_scorer(False)(stats.sum(0, keepdims=True))[0] == pytest.approx(expected, abs=1e-9)
+    better = [" ".join([*r.split()[:7], rng.choice(words)]) for r in refs]
+    interval = delta_interval(stats[None], bleu_statistics(better, refs, False)[None], bleu_scorer(False))
+    assert interval.delta == pytest.approx(BLEU().corpus_score(better, [refs]).score - expected)
+    assert not interval.seeds and interval.excludes_zero
