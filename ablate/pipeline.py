@@ -21,6 +21,7 @@ from ablate.data.batches import batches as make_batches
 from ablate.data.dataset import Dataset, load_dataset
 from ablate.data.tokenizer import PAD
 from ablate.evaluation import score, translate
+from ablate.flops import FlopModel, peak_flops
 from ablate.job import Job
 from ablate.model import build_model, count_parameters
 from ablate.results import write_text
@@ -31,6 +32,7 @@ from ablate.rundir import (
     append_metrics,
     checkpoint_step,
     hypotheses_path,
+    read_metrics,
     truncate_metrics,
 )
 from ablate.training import Progress, Trainer, autocast, precision_name, validation_loss
@@ -46,8 +48,10 @@ def train_and_evaluate(job: Job, rank: int, world: int, local_rank: int, stop) -
         torch.cuda.set_device(device)
     torch.manual_seed(job.seed)
     model = build_model(spec.model, len(data.src_vocab), len(data.tgt_vocab), pad_id=PAD).to(device)
+    flop_model = FlopModel.measure(model, (len(data.src_vocab), len(data.tgt_vocab)), device)
     reset_peak_memory(device)
     trainer = Trainer(model, spec.training, spec.model.d_model, device, rank, world)
+    trainer.flop_model = flop_model
     resumed = checkpoint_step(job.directory, job.config_hash)
     earlier_wall = 0.0
     if resumed is not None:
@@ -74,6 +78,8 @@ def train_and_evaluate(job: Job, rank: int, world: int, local_rank: int, stop) -
         out["resumed_from_step"] = resumed
     log = Log(job.directory if rank == 0 else None, job.tensorboard if rank == 0 else None, resumed)
     valid_batches = make_batches(data.valid, spec.training.max_tokens)
+    if rank == 0:
+        out["init_valid_loss"] = initial_loss(model, valid_batches, spec, device, job.directory, log, resumed)
 
     def on_step(p: Progress) -> None:
         log.write({"step": p.step, "epoch": p.epoch, "loss": round(p.loss, 4), "lr": p.lr,
@@ -106,6 +112,7 @@ def train_and_evaluate(job: Job, rank: int, world: int, local_rank: int, stop) -
         "train_tgt_tokens_per_s": round(totals.tgt_tokens / totals.step_seconds, 1),
         "step_ms": round(1000 * timed, 1), "earlier_wall_seconds": earlier_wall,
     }  # fmt: skip
+    out |= compute(trainer, spec.training, device, world, job.threads)
     if outcome.status == Status.INTERRUPTED:
         return out
     if outcome.status == Status.DIVERGED:
@@ -127,6 +134,42 @@ def train_and_evaluate(job: Job, rank: int, world: int, local_rank: int, stop) -
     out |= decode_and_score(model, data, spec, device, job.directory, log)
     log.close()
     return out | {"peak_memory_mib": peak_memory_mib(device)}
+
+
+def initial_loss(model, valid_batches: list, spec, device: torch.device, directory: Path, log: Log,
+                 resumed: int | None) -> float | None:  # fmt: skip
+    """Validation loss before the first update (step 0 of the curves; the cap of learning-rate sensitivity).
+
+    Taken in eval mode, it draws no random numbers: training is what it would be without it. A resumed
+    run reads it back from its log.
+    """
+    if resumed is not None:
+        return next((r["valid_loss"] for r in read_metrics(directory) if r.get("step") == 0 and "valid_loss" in r),
+                    None)  # fmt: skip
+    loss = validation_loss(model, valid_batches, device, autocast(device, spec.training.precision))
+    log.write({"step": 0, "valid_loss": round(loss, 4), "valid_ppl": round(math.exp(loss), 2), "wall_s": 0.0})
+    return round(loss, 4)
+
+
+def compute(trainer: Trainer, spec, device: torch.device, world: int, threads: int | None) -> dict[str, Any]:
+    """What training cost: FLOPs (measured, ablate.flops), their rate, MFU against the device's peak, the budget."""
+    totals = trainer.totals
+    precision = precision_name(device, spec.precision)
+    peak = spec.peak_tflops * 1e12 if spec.peak_tflops else peak_flops(device, precision, threads)
+    achieved = totals.flops / totals.step_seconds if totals.step_seconds else 0.0
+    used = trainer.used()
+    stopped_by = next((name for name, limit in spec.budgets().items() if used[name] >= limit), None)
+    return {
+        "train_flops": totals.flops,
+        "gflop_per_target_token": _significant(totals.flops / max(totals.tgt_tokens, 1) / 1e9),
+        "train_tflops_per_s": _significant(achieved / 1e12), "peak_tflops": _significant(peak / 1e12),
+        "peak_source": "spec" if spec.peak_tflops else "measured", "mfu": _significant(achieved / (peak * world)),
+        "budget": spec.budgets(), "stopped_by": stopped_by, "train_target_tokens": totals.tgt_tokens,
+    }  # fmt: skip
+
+
+def _significant(value: float) -> float:
+    return float(f"{value:.4g}")
 
 
 def decode_and_score(model, data: Dataset, spec, device: torch.device, directory: Path, log: Log) -> dict[str, Any]:

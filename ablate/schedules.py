@@ -2,18 +2,22 @@
 
 from __future__ import annotations
 
-from pydantic import NonNegativeInt, PositiveFloat
+from pydantic import NonNegativeFloat, NonNegativeInt, PositiveFloat
 
 from ablate.registry import Part, PartParams, slot
 
 
 class Schedule(Part):
-    """Base: the learning rate at optimizer step `step` (counted from 1)."""
+    """Base: the learning rate at optimizer step `step` (counted from 1).
+
+    `progress` is the fraction of the run's budget (steps, tokens, FLOPs or seconds: whichever ends it
+    first) used before this step; schedules that need the run's length read it, the others ignore it.
+    """
 
     def __init__(self, d_model: int):
         self.d_model = d_model
 
-    def __call__(self, step: int) -> float:
+    def __call__(self, step: int, progress: float) -> float:
         raise NotImplementedError
 
 
@@ -32,7 +36,7 @@ class Noam(Schedule):
         super().__init__(d_model)
         self.warmup, self.factor = warmup, factor
 
-    def __call__(self, step: int) -> float:
+    def __call__(self, step: int, progress: float) -> float:
         ramp = step * self.warmup**-1.5 if self.warmup else float("inf")
         return self.factor * self.d_model**-0.5 * min(step**-0.5, ramp)
 
@@ -56,7 +60,7 @@ class Warmup(Schedule):
 class InverseSqrt(Warmup):
     """Linear warmup to lr, then lr * sqrt(warmup / step) (fairseq's inverse_sqrt)."""
 
-    def __call__(self, step: int) -> float:
+    def __call__(self, step: int, progress: float) -> float:
         if step < self.warmup:
             return self.lr * step / self.warmup
         return self.lr * (max(self.warmup, 1) / step) ** 0.5
@@ -66,7 +70,7 @@ class InverseSqrt(Warmup):
 class LinearWarmup(Warmup):
     """Linear warmup to lr over `warmup` steps, then constant."""
 
-    def __call__(self, step: int) -> float:
+    def __call__(self, step: int, progress: float) -> float:
         return self.lr * min(1.0, step / self.warmup) if self.warmup else self.lr
 
 
@@ -81,5 +85,22 @@ class Constant(Schedule):
         super().__init__(d_model)
         self.lr = lr
 
-    def __call__(self, step: int) -> float:
+    def __call__(self, step: int, progress: float) -> float:
         return self.lr
+
+
+@SCHEDULE.register("linear_decay")
+class LinearDecay(Warmup):
+    """Linear warmup to lr over `warmup` steps, then linear decay to final * lr at the end of the budget."""
+
+    class Params(WarmupParams):
+        final: NonNegativeFloat = 0.0
+
+    def __init__(self, d_model: int, lr: float, warmup: int, final: float):
+        super().__init__(d_model, lr, warmup)
+        self.final = final
+
+    def __call__(self, step: int, progress: float) -> float:
+        if step < self.warmup:
+            return self.lr * step / self.warmup
+        return self.lr * (1 - (1 - self.final) * min(max(progress, 0.0), 1.0))

@@ -90,6 +90,16 @@ class TrainingSpec(Section):
     batch_tokens: PositiveInt | None = Field(None, description="accumulate batches until this many target tokens")
     max_steps: PositiveInt | None = Field(None, description="stop after this many optimizer steps")
     max_epochs: PositiveInt | None = Field(None, description="stop after this many passes over the data")
+    max_target_tokens: PositiveInt | None = Field(None, description="stop after training on this many target tokens")
+    max_flops: PositiveFloat | None = Field(
+        None, description="stop after this many training FLOPs (forward and backward, torch's FlopCounterMode)"
+    )
+    max_seconds: PositiveFloat | None = Field(
+        None, description="stop after this many seconds of optimizer steps on the run's device (wall clock)"
+    )
+    peak_tflops: PositiveFloat | None = Field(
+        None, description="the device's peak TFLOP/s for MFU; default: a timed matmul, measured once a machine"
+    )
     validate_every: PositiveInt | None = Field(None, description="validation loss and BLEU every N steps (and at end)")
     valid_bleu_pairs: NonNegativeInt = Field(200, description="validation pairs decoded for BLEU; 0 for loss only")
     checkpoint_every: PositiveInt | None = Field(
@@ -106,9 +116,17 @@ class TrainingSpec(Section):
 
     @model_validator(mode="after")
     def _stops(self) -> TrainingSpec:
-        if self.max_steps is None and self.max_epochs is None:
-            raise SpecValueError("set max_steps or max_epochs: training needs a point to stop", ("max_steps",))
+        if all(getattr(self, budget) is None for budget in BUDGETS):
+            raise SpecValueError(f"set one of {', '.join(BUDGETS)}: training needs a point to stop", ("max_steps",))
         return self
+
+    def budgets(self) -> dict[str, float]:
+        """The limits this run stops at, the first reached ending it: {"max_steps": 1450, ...}."""
+        return {name: getattr(self, name) for name in BUDGETS if getattr(self, name) is not None}
+
+
+BUDGETS = ("max_steps", "max_epochs", "max_target_tokens", "max_flops", "max_seconds")
+"""What a run's length can be set in: steps, passes, target tokens, training FLOPs, seconds of training."""
 
 
 class EvaluationSpec(Section):

@@ -18,6 +18,7 @@ import torch.nn.functional as F
 from ablate.data.batches import Batch, Example, batch_indices, collate
 from ablate.data.tokenizer import PAD
 from ablate.distributed import all_sum, any_rank
+from ablate.flops import FlopModel
 from ablate.model import Transformer
 from ablate.rundir import Status
 from ablate.schedules import SCHEDULE
@@ -84,6 +85,7 @@ class Totals:
     timed_steps: int = 0  # steps in `timed_seconds`: all but the first of each process, which pays for warm-up
     timed_seconds: float = 0.0
     train_seconds: float = 0.0  # wall time of fit, validation included
+    flops: float = 0.0  # training FLOPs, forward and backward (ablate.flops), every rank's shards
 
 
 class Trainer:
@@ -108,7 +110,9 @@ class Trainer:
         self.schedule = SCHEDULE.build(spec.schedule, d_model=d_model)
         self.autocast = autocast(device, spec.precision)
         self.step, self.epoch, self.position = 0, 0, 0  # position: updates of this epoch already made
+        self.epoch_fraction = 0.0  # of the current epoch, done
         self.totals = Totals()
+        self.flop_model: FlopModel | None = None  # set to count FLOPs (needed by a max_flops budget)
         self._since: float | None = None  # when fit last started counting train_seconds
 
     def updates(self, examples: Sequence[Example], epoch: int) -> list[list[list[int]]]:
@@ -137,8 +141,8 @@ class Trainer:
         Data-parallel, `batches` are this rank's shards, `total_tokens` the update's target tokens on
         all ranks and `weights` 0 for a stand-in shard. DDP averages gradients over ranks, hence `world`.
         """
+        lr = self.schedule(self.step + 1, self.progress())
         self.step += 1
-        lr = self.schedule(self.step)
         for group in self.optimizer.param_groups:
             group["lr"] = lr
         total = total_tokens if total_tokens is not None else sum(b.tgt_tokens for b in batches)
@@ -156,12 +160,24 @@ class Trainer:
         self.optimizer.zero_grad(set_to_none=True)
         return (all_sum(loss_sum) / total).item()  # a CPU-GPU sync a step: divergence must be caught where it happens
 
+    def used(self) -> dict[str, float]:
+        """How much of each budget of the spec (TrainingSpec.budgets) the run has used."""
+        totals = self.totals
+        used = {"max_steps": self.step, "max_epochs": self.epoch + self.epoch_fraction,
+                "max_target_tokens": totals.tgt_tokens, "max_flops": totals.flops,
+                "max_seconds": totals.step_seconds}  # fmt: skip
+        return {name: used[name] for name in self.spec.budgets()}
+
+    def progress(self) -> float:
+        """The fraction of the run's budget used: the largest over its limits, since the first reached ends it."""
+        return max(used / self.spec.budgets()[name] for name, used in self.used().items())
+
     def done(self) -> bool:
-        """max_steps or max_epochs reached."""
-        spec = self.spec
-        return (spec.max_steps is not None and self.step >= spec.max_steps) or (
-            spec.max_epochs is not None and self.epoch >= spec.max_epochs
-        )
+        """A budget reached: steps, epochs, target tokens, FLOPs or seconds. Ranks agree on seconds, which differ."""
+        reached = self.progress() >= 1.0
+        if self.spec.max_seconds is not None and self.world > 1:
+            reached = any_rank(reached, self.device)
+        return reached
 
     def fit(self, examples: Sequence[Example], on_step: Callable[[Progress], None] | None = None,
             on_validate: Callable[[int], None] | None = None, on_checkpoint: Callable[[int], None] | None = None,
@@ -172,13 +188,15 @@ class Trainer:
         status `interrupted`, after `on_checkpoint`.
         """
         spec, totals = self.spec, self.totals
+        if spec.max_flops is not None and self.flop_model is None:
+            raise ValueError("a max_flops budget needs the trainer's flop_model")
         self.model.train()
         self._since = time.perf_counter()
         first = True
         updates = self.updates(examples, self.epoch)
         while not self.done():
             if self.position >= len(updates):
-                self.epoch, self.position = self.epoch + 1, 0
+                self.epoch, self.position, self.epoch_fraction = self.epoch + 1, 0, 0.0
                 updates = self.updates(examples, self.epoch)
                 continue
             update = updates[self.position]
@@ -193,11 +211,15 @@ class Trainer:
             totals.src_tokens += n_src
             totals.tgt_tokens += n_tgt
             totals.step_seconds += seconds
+            if self.flop_model is not None:
+                totals.flops += sum(self.flop_model.batch(examples, b[r :: self.world])
+                                    for b in update for r in range(self.world) if b[r :: self.world])  # fmt: skip
             if not first:
                 totals.timed_steps += 1
                 totals.timed_seconds += seconds
             first = False
-            epochs = self.epoch + self.position / len(updates)
+            self.epoch_fraction = self.position / len(updates)
+            epochs = self.epoch + self.epoch_fraction
             if on_step:
                 lr = self.optimizer.param_groups[0]["lr"]
                 on_step(Progress(self.step, self.epoch, loss, lr, seconds, n_src, n_tgt))
@@ -229,7 +251,8 @@ class Trainer:
         self._count_time()
         return {
             "model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(), "step": self.step,
-            "epoch": self.epoch, "position": self.position, "totals": asdict(self.totals),
+            "epoch": self.epoch, "position": self.position, "epoch_fraction": self.epoch_fraction,
+            "totals": asdict(self.totals),
             "rng": torch.get_rng_state(),
             "cuda_rng": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
         }  # fmt: skip
@@ -238,6 +261,7 @@ class Trainer:
         self.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
         self.step, self.epoch, self.position = state["step"], state["epoch"], state["position"]
+        self.epoch_fraction = state.get("epoch_fraction", 0.0)
         self.totals = Totals(**state.get("totals", {}))
         torch.set_rng_state(state["rng"])
         if state.get("cuda_rng") is not None and torch.cuda.is_available():
