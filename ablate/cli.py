@@ -39,10 +39,17 @@ def main(argv: Sequence[str] | None = None) -> int:
                      help="where results/<experiment>/ goes (default: ./results)")  # fmt: skip
     run.add_argument("--seeds", type=_seeds, metavar="N|LIST",
                      help="N: train each run with N seeds from training.seed on; or a list such as 1,2,3")  # fmt: skip
-    run.add_argument("--only", action="append", default=[], metavar="RUN",
-                     help="train only this run (repeatable, or comma-separated)")  # fmt: skip
+    run.add_argument(
+        "--only",
+        action="append",
+        default=[],
+        metavar="RUN",
+        help="train only this run, or each rate of it in a sweep (repeatable, or comma-separated)",
+    )
+    _add_lr_sweep(run)
     run.add_argument("--fresh", action="store_true",
-                     help="start the planned runs over, deleting their earlier results and checkpoints")  # fmt: skip
+                     help="start the planned runs over, deleting their earlier results and checkpoints, and "
+                     "train what could be reused from another experiment")  # fmt: skip
     run.add_argument("--dry-run", action="store_true", help="print the planned runs and train nothing")
     run.add_argument("--device", choices=["auto", "cpu", "cuda"], default=None,
                      help="auto: every visible GPU, else the CPU (default: training.device of the spec)")  # fmt: skip
@@ -73,6 +80,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     report.add_argument("--significance", choices=["bs", "ar", "none"], default="bs",
                         help="paired test of each BLEU against the baseline: bootstrap (default), "
                         "approximate randomisation, none")  # fmt: skip
+    report.add_argument("--at", choices=["all", "best-lr"], default="all",
+                        help="in a learning-rate sweep: every run at every rate (all, default), or each run at "
+                        "its own best rate (best-lr)")  # fmt: skip
     report.add_argument("--no-files", action="store_true",
                         help="do not write <experiment>/report/ (tables in every format, cards, plots)")  # fmt: skip
     report.set_defaults(handler=cmd_report)
@@ -88,6 +98,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     validate = commands.add_parser("validate", help="check experiment files and list their runs")
     validate.add_argument("files", nargs="+", metavar="FILE")
     _add_set(validate)
+    _add_lr_sweep(validate)
     validate.set_defaults(handler=cmd_validate)
 
     parts = commands.add_parser("parts", help="list the registered parts of every slot")
@@ -130,12 +141,30 @@ def _add_set(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _add_lr_sweep(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--lr-sweep", type=_rates, metavar="LR,LR,...",
+                        help="train every run at each of these peak learning rates (the schedule's lr), "
+                        "over the file's lr_sweep: --lr-sweep 3e-4,1e-3,3e-3")  # fmt: skip
+
+
+def _rates(value: str) -> list[float]:
+    try:
+        rates = [float(v) for v in value.split(",") if v.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected learning rates such as 3e-4,1e-3, got '{value}'") from None
+    if not rates or any(not r > 0 for r in rates):
+        raise argparse.ArgumentTypeError(f"expected positive learning rates, got '{value}'")
+    if len(set(rates)) != len(rates):
+        raise argparse.ArgumentTypeError(f"rates repeat: {value}")
+    return rates
+
+
 def cmd_validate(args: argparse.Namespace) -> int:
     from ablate.experiment import load_experiments
     from ablate.model import parameter_count
 
     out = console()
-    for experiment in load_experiments(args.files, args.overrides):
+    for experiment in load_experiments(args.files, args.overrides, args.lr_sweep):
         table = Table(title=f"{experiment.path}: {experiment.name} ({len(experiment.runs)} runs)", title_justify="left")
         table.add_column("run")
         table.add_column("differs from the baseline")
@@ -156,7 +185,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from ablate.runner import Options, sweep
     from ablate.specfile import parse_overrides
 
-    experiments = load_experiments(args.files, args.overrides)
+    experiments = load_experiments(args.files, args.overrides, args.lr_sweep)
     only = [name for item in args.only for name in item.split(",") if name]
     for experiment in experiments:
         _check_only(experiment, only)
@@ -218,7 +247,7 @@ def _seeds(value: str) -> list[int] | int:
 def _check_only(experiment, only: list[str]) -> None:
     from ablate.errors import did_you_mean
 
-    names = [run.name for run in experiment.runs]
+    names = list(dict.fromkeys([*experiment.arms, *(run.name for run in experiment.runs)]))
     for name in only:
         if name not in names:
             raise UserError(
@@ -245,6 +274,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     from ablate import plots
     from ablate.report import find_experiments, load_results, report_frame, select, write_report
     from ablate.results import write_text
+    from ablate.sensitivity import at_best_lr, sensitivity_frame, swept
     from ablate.tables import render
 
     columns = [c.strip() for c in args.columns.split(",")] if args.columns else None
@@ -252,17 +282,25 @@ def cmd_report(args: argparse.Namespace) -> int:
     written, chunks = [], []
     for directory in find_experiments(args.results_dir):
         exp = load_results(directory)
+        lr = sensitivity_frame(exp) if swept(exp) else None
+        if args.at == "best-lr":
+            if lr is None:
+                raise UserError(f"--at best-lr: {directory} holds no learning-rate sweep (set lr_sweep, or "
+                                "ablate run --lr-sweep)")  # fmt: skip
+            exp = at_best_lr(exp)
         frame, notes = report_frame(exp, args.significance)
         frame = select(frame, columns, args.sort, args.reverse)
-        title = f"{exp.name} ({directory})"
+        title = f"{exp.name} ({directory})" + (", each run at its best learning rate" if args.at == "best-lr" else "")
         if args.format == "terminal":
             print_table(out, title, frame, notes)
+            if lr is not None:
+                print_table(out, f"{exp.name}: learning-rate sensitivity", *lr)
         elif args.format == "csv":  # one table for every experiment, told apart by a column
             chunks.append(render("csv", frame.assign(experiment=exp.name)[["experiment", *frame.columns]], title, []))
         else:
             chunks.append(render(args.format, frame, title, notes))
         if not args.no_files:
-            written += write_report(exp, frame, title, notes)
+            written += write_report(load_results(directory) if args.at == "best-lr" else exp, frame, title, notes)
             if not plots.available():
                 out.print("plots: not drawn, matplotlib is not installed (pip install 'ablate[plot]')", highlight=False)
     if args.format == "csv":  # the header once

@@ -7,6 +7,7 @@
       learned: {model.positions: learned}
     grid:
       model.heads: [1, 2, 4, 8]  # runs named heads=1, heads=2, ...
+    lr_sweep: [3.0e-4, 1.0e-3, 3.0e-3]   # every run at every peak rate: baseline,lr=0.001, pre_ln,lr=0.001, ...
 
 Every problem is reported as `FILE: dotted.key: what is wrong`, before any tensor exists.
 """
@@ -20,11 +21,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, ValidationError, field_validator
 
 from ablate.errors import Issue, SpecError, dotted, issues_from, unknown_key
 from ablate.launchers.slurm import SlurmSpec
 from ablate.registry import PartSpec
+from ablate.schedules import SCHEDULE
 from ablate.spec import RunSpec
 from ablate.specfile import apply_overrides, keys_of, load_plugin, merge, parse_overrides, read_yaml
 
@@ -43,14 +45,17 @@ class Header(BaseModel):
     variants: dict[str, dict[str, Any]] = Field(default_factory=dict, description="run name -> {dotted.key: value}")
     grid: dict[str, list[Any]] = Field(default_factory=dict, description="dotted.key -> values; every combination runs")
     seeds: list[int] | None = Field(None, min_length=1, description="train every run once per seed (inherited)")
+    lr_sweep: list[PositiveFloat] | None = Field(
+        None, min_length=1, description="train every run at each of these peak learning rates (inherited)"
+    )
     slurm: SlurmSpec | None = Field(None, description="Slurm settings for `ablate run --launcher slurm` (inherited)")
 
-    @field_validator("seeds")
+    @field_validator("seeds", "lr_sweep")
     @classmethod
-    def _distinct(cls, seeds: list[int] | None) -> list[int] | None:
-        if seeds is not None and len(set(seeds)) != len(seeds):
-            raise ValueError(f"seeds repeat: {seeds}")
-        return seeds
+    def _distinct(cls, values: list | None) -> list | None:
+        if values is not None and len(set(values)) != len(values):
+            raise ValueError(f"values repeat: {values}")
+        return values
 
 
 SECTIONS = tuple(RunSpec.model_fields)
@@ -63,6 +68,8 @@ class Run:
     name: str
     spec: RunSpec
     differences: dict[str, str]  # dotted key -> value, where this run differs from the baseline
+    arm: str = ""  # in a learning-rate sweep, the run this is one rate of ("pre_ln" for "pre_ln,lr=0.001")
+    lr: float | None = None  # in a learning-rate sweep, the peak rate
 
     def describe(self) -> str:
         return ", ".join(f"{key.split('.')[-1]}={value}" for key, value in self.differences.items()) or "-"
@@ -79,10 +86,16 @@ class Experiment:
     plugins: list[str] = field(default_factory=list)
     seeds: list[int] | None = None
     slurm: SlurmSpec | None = None
+    lr_sweep: list[float] | None = None
 
     @property
     def baseline(self) -> Run:
         return self.runs[0]
+
+    @property
+    def arms(self) -> list[str]:
+        """The runs before a learning-rate sweep multiplied them, the baseline first."""
+        return list(dict.fromkeys(run.arm or run.name for run in self.runs))
 
     def run(self, name: str) -> Run:
         for run in self.runs:
@@ -91,8 +104,12 @@ class Experiment:
         raise KeyError(f"{self.path}: no run named '{name}' (runs: {', '.join(r.name for r in self.runs)})")
 
 
-def load_experiment(path: str | Path, overrides: Sequence[str] = ()) -> Experiment:
-    """Loads, validates and expands an experiment file; `overrides` are `dotted.key=yaml` applied to every run."""
+def load_experiment(path: str | Path, overrides: Sequence[str] = (), lr_sweep: Sequence[float] | None = None
+                    ) -> Experiment:  # fmt: skip
+    """Loads, validates and expands an experiment file.
+
+    `overrides` are `dotted.key=yaml` applied to every run; `lr_sweep` (`--lr-sweep`) replaces the file's.
+    """
     path = Path(path)
     header, baseline, origins, plugins = _resolve(path, ())
     sets = parse_overrides(overrides)
@@ -124,15 +141,41 @@ def load_experiment(path: str | Path, overrides: Sequence[str] = ()) -> Experime
     runs = [
         Run(name, spec, {k: v for k, v in flatten(spec).items() if base.get(k) != v}) for name, spec in specs.items()
     ]
-    return Experiment(path, header.name, header.description, runs, plugins, header.seeds, header.slurm)
+    rates = list(lr_sweep) if lr_sweep else header.lr_sweep
+    if rates:
+        runs = _swept(runs, rates, path)
+    return Experiment(path, header.name, header.description, runs, plugins, header.seeds, header.slurm, rates)
 
 
-def load_experiments(files: Sequence[str | Path], overrides: Sequence[str] = ()) -> list[Experiment]:
+def _swept(runs: list[Run], rates: list[float], where: Path) -> list[Run]:
+    """Every run at every peak learning rate (the schedule's `lr`), named `<run>,lr=<rate>`."""
+    out = []
+    for run in runs:
+        schedule = run.spec.training.schedule
+        if "lr" not in type(schedule.params).model_fields:
+            takes = [name for name, cls in SCHEDULE.parts.items() if "lr" in cls.Params.model_fields]
+            why = f"run '{run.name}' has schedule '{schedule.name}', which takes no lr; sweep one that does: "
+            raise SpecError.at(where, [Issue(("lr_sweep",), why + ", ".join(takes))])
+        for rate in rates:
+            data = run.spec.model_dump(mode="json")
+            data["training"]["schedule"] = {"name": schedule.name, **dict(schedule.params), "lr": rate}
+            spec = RunSpec.model_validate(data)
+            differences = dict(run.differences)
+            if "training.schedule" in differences:  # the arm's own schedule, at this rate
+                differences["training.schedule"] = str(spec.training.schedule)
+            else:
+                differences["training.schedule.lr"] = f"{rate:g}"
+            out.append(Run(f"{run.name},lr={rate:g}", spec, differences, run.name, rate))
+    return out
+
+
+def load_experiments(files: Sequence[str | Path], overrides: Sequence[str] = (),
+                     lr_sweep: Sequence[float] | None = None) -> list[Experiment]:  # fmt: skip
     """Every file loaded; the problems of all of them reported together."""
     experiments, errors = [], []
     for file in files:
         try:
-            experiments.append(load_experiment(file, overrides))
+            experiments.append(load_experiment(file, overrides, lr_sweep))
         except SpecError as error:
             errors.append(error)
     if errors:
@@ -174,6 +217,7 @@ def _resolve(path: Path, chain: tuple[Path, ...]) -> tuple[Header, dict[str, Any
         inherited, baseline, origins, plugins = _resolve(parent, (*chain, path.resolve()))
         header = header.model_copy(update={
             "seeds": header.seeds or inherited.seeds, "slurm": header.slurm or inherited.slurm,
+            "lr_sweep": header.lr_sweep or inherited.lr_sweep,
         })  # fmt: skip
 
     for i, plugin in enumerate(header.plugins):

@@ -35,13 +35,16 @@ class Job:
     gpu_ids: list[int] = field(default_factory=list)  # the visible GPUs the launcher gave it (CUDA_VISIBLE_DEVICES)
     tensorboard: str | None = None  # a TensorBoard log directory for this run
     threads: int | None = None  # CPU threads (torch.set_num_threads); None: torch's default, every core
+    arm: str = ""  # the run before a learning-rate sweep multiplied it; the run itself otherwise
+    lr: float | None = None  # the swept peak learning rate, in a learning-rate sweep
 
     @classmethod
     def of(cls, experiment: Experiment, run: Run, seed: int, root: Path) -> Job:
         spec = run.spec.model_copy(update={"training": run.spec.training.model_copy(update={"seed": seed})})
         data = spec.model_dump(mode="json")
         return cls(experiment.name, run.name, seed, root / "runs" / run.name / f"seed-{seed}", data,
-                   run.differences, run.describe(), experiment.plugins, config_hash(data))  # fmt: skip
+                   run.differences, run.describe(), experiment.plugins, config_hash(data), arm=run.arm or run.name,
+                   lr=run.lr)  # fmt: skip
 
     @property
     def label(self) -> str:
@@ -59,7 +62,8 @@ class Job:
     def record(self) -> dict[str, Any]:
         """What every result of this job starts from: who it is."""
         return {"experiment": self.experiment, "run": self.run, "seed": self.seed, "differences": self.differences,
-                "describe": self.describe, "config_hash": self.config_hash}  # fmt: skip
+                "describe": self.describe, "config_hash": self.config_hash, "arm": self.arm or self.run,
+                "lr": self.lr}  # fmt: skip
 
     def save(self) -> None:
         write_yaml(self.directory / CONFIG, self.spec)

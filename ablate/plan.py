@@ -1,5 +1,8 @@
 """What a sweep would do with each job (run, resume, re-run, skip...), read from its run directory alone.
 
+A job whose spec and seed (its config hash) finished anywhere under the results root, or trains
+earlier in the same plan, is reused rather than trained again (`--fresh` trains it).
+
 `ablate run` acts on the plan; `--dry-run` prints it, with each job's size: parameters at the nominal
 vocabulary, tokens a step and steps.
 """
@@ -13,7 +16,7 @@ from pathlib import Path
 
 from ablate.experiment import Experiment
 from ablate.job import Job
-from ablate.rundir import RunLock, Status, checkpoint_step, read_result, stored_hash
+from ablate.rundir import RunLock, Status, checkpoint_step, finished_jobs, read_result, stored_hash
 
 
 class Action(str, Enum):
@@ -24,6 +27,7 @@ class Action(str, Enum):
     FRESH = "fresh"  # --fresh: deleted and started over
     SKIP = "skip"  # completed or diverged earlier
     BUSY = "busy"  # another process is training it
+    REUSE = "reuse"  # the same spec and seed finished elsewhere (or trains earlier in this sweep): copied
 
     def __str__(self) -> str:
         return self.value
@@ -34,10 +38,11 @@ class Planned:
     job: Job
     action: Action
     detail: str = ""
+    source: Path | None = None  # REUSE: the job directory whose result is copied
 
     @property
     def trains(self) -> bool:
-        return self.action not in (Action.SKIP, Action.BUSY)
+        return self.action not in (Action.SKIP, Action.BUSY, Action.REUSE)
 
 
 def plan(experiment: Experiment, results: Path, seeds: int | Sequence[int] | None = None, fresh: bool = False,
@@ -48,16 +53,35 @@ def plan(experiment: Experiment, results: Path, seeds: int | Sequence[int] | Non
     experiment's `seeds:` or else the run's training.seed alone.
     """
     root = results / experiment.name
-    runs = [r for r in experiment.runs if not only or r.name in only]
-    out = []
+    runs = [r for r in experiment.runs if not only or r.name in only or r.arm in only]
+    finished = {} if fresh else finished_jobs(results)
+    out: list[Planned] = []
     for run in runs:
         first = run.spec.training.seed
         if isinstance(seeds, int):
             run_seeds = list(range(first, first + seeds))
         else:
             run_seeds = list(seeds or experiment.seeds or [first])
-        out += [classify(Job.of(experiment, run, seed, root), fresh) for seed in run_seeds]
+        for seed in run_seeds:
+            planned = classify(Job.of(experiment, run, seed, root), fresh)
+            out.append(_reused(planned, finished, results, out))
     return out
+
+
+def _reused(planned: Planned, finished: dict[str, Path], results: Path, earlier: list[Planned]) -> Planned:
+    """REUSE instead of training, when the same spec and seed finished elsewhere or trains earlier in this plan."""
+    job = planned.job
+    if planned.action not in (Action.RUN, Action.RETRY, Action.RERUN, Action.FRESH):
+        return planned
+    source = finished.get(job.config_hash) if planned.action != Action.FRESH else None
+    if source is not None and source != job.directory:
+        where = source.relative_to(results) if source.is_relative_to(results) else source
+        return Planned(job, Action.REUSE, f"the same spec and seed finished as {where}: its result is copied", source)
+    for other in earlier:
+        if other.trains and other.job.config_hash == job.config_hash:
+            return Planned(job, Action.REUSE, f"the same spec and seed as {other.job.label}: its result is copied",
+                           other.job.directory)  # fmt: skip
+    return planned
 
 
 def classify(job: Job, fresh: bool) -> Planned:

@@ -97,4 +97,44 @@ def write_plots(exp: ExperimentResults, directory: Path) -> list[Path]:
             fig.savefig(directory / f"bleu.{suffix}", dpi=150, metadata={"Date": None} if suffix == "svg" else None)
             written.append(directory / f"bleu.{suffix}")
         plt.close(fig)
+    return written + learning_rates(exp, directory)
+
+
+def learning_rates(exp: ExperimentResults, directory: Path) -> list[Path]:
+    """lr.{png,svg}: final validation loss against the peak learning rate (log x), a line a run, seeds as bands.
+
+    The loss is capped at the loss at initialisation, as the sensitivity figure counts it (ablate.sensitivity);
+    a rate where a seed diverged is marked with a cross.
+    """
+    import matplotlib.pyplot as plt
+
+    from ablate.sensitivity import arms, swept
+
+    if not swept(exp):
+        return []
+    fig, ax = plt.subplots(figsize=(6.5, 4.5))
+    for arm, points in arms(exp).items():
+        scored = [(p.lr, p.losses(), p) for p in points if p.losses()]
+        if not scored:
+            continue
+        xs = [lr for lr, _, _ in scored]
+        (line,) = ax.plot(xs, [statistics.fmean(v) for _, v, _ in scored], marker="o", label=arm)
+        if any(len(v) > 1 for _, v, _ in scored):
+            ax.fill_between(xs, [min(v) for _, v, _ in scored], [max(v) for _, v, _ in scored],
+                            color=line.get_color(), alpha=0.2)  # fmt: skip
+        for lr, v, p in scored:
+            if any(j.result.get("status") == "diverged" for j in p.jobs):
+                ax.plot([lr], [max(v)], marker="x", markersize=10, color=line.get_color())
+    ax.set_xscale("log")
+    ax.set_xlabel("peak learning rate")
+    ax.set_ylabel("final validation loss (nats a token, capped at init)")
+    ax.set_title(f"{exp.name}: learning-rate sensitivity (bands: min to max over seeds; x: a seed diverged)",
+                 fontsize="small")  # fmt: skip
+    ax.legend(fontsize="small")
+    fig.tight_layout()
+    written = []
+    for suffix in ("png", "svg"):
+        fig.savefig(directory / f"lr.{suffix}", dpi=150, metadata={"Date": None} if suffix == "svg" else None)
+        written.append(directory / f"lr.{suffix}")
+    plt.close(fig)
     return written

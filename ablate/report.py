@@ -21,10 +21,12 @@ from ablate.errors import UserError, did_you_mean
 from ablate.paper import paper_differences
 from ablate.results import read_json, write_text
 from ablate.rundir import CONFIG, RESULT, Status, read_hypotheses, read_metrics, seed_dirs
+from ablate.significance import Interval
 
-COLUMNS = ["run", "differs", "params", "BLEU", "BLEU std", "n", "ΔBLEU", "p", "chrF", "valid loss", "valid ppl",
-           "train tok/s", "tok/s vs baseline", "decode sent/s", "peak MiB", "wall s", "device", "GPUs", "GPU ids",
-           "precision", "status", "note"]  # fmt: skip
+COLUMNS = ["run", "differs", "params", "BLEU", "BLEU std", "n", "ΔBLEU", "ΔBLEU lo", "ΔBLEU hi", "CI over", "p",
+           "chrF", "valid loss", "valid ppl", "train tok/s", "tok/s vs baseline", "decode sent/s", "GFLOP/tgt tok",
+           "train PFLOP", "TFLOP/s", "MFU", "budget", "peak MiB", "wall s", "device", "GPUs", "GPU ids", "precision",
+           "status", "note"]  # fmt: skip
 HIGHER_IS_BETTER = {"BLEU", "ΔBLEU", "chrF", "train tok/s", "tok/s vs baseline", "decode sent/s", "n"}
 
 
@@ -56,6 +58,15 @@ class ExperimentResults:
     @property
     def baseline(self) -> list[JobRecord]:
         return self.runs.get("baseline", [])
+
+    def reference(self, run: str) -> str:
+        """The run a row is compared with: the baseline; in a learning-rate sweep, the baseline at the same rate."""
+        lr = next((j.result["lr"] for j in self.runs.get(run, []) if j.result.get("lr") is not None), None)
+        if lr is not None:
+            for name, jobs in self.runs.items():
+                if any(j.result.get("arm") == "baseline" and j.result.get("lr") == lr for j in jobs):
+                    return name
+        return "baseline"
 
     def split(self) -> str | None:
         """The test split the table reports: the first the baseline (or any run) was scored on."""
@@ -121,37 +132,64 @@ def references(config: dict[str, Any], split: str) -> list[str]:
     return [target for _, target in (pairs[: data["max_pairs"]] if data.get("max_pairs") else pairs)]
 
 
-def significance(exp: ExperimentResults, split: str, test: str) -> tuple[dict[str, float], str]:
-    """p-value of each run's BLEU difference from the baseline, and a note when it cannot be computed."""
-    from ablate.significance import paired_test
+@dataclass
+class Comparison:
+    """How each run's BLEU compares with the baseline's on the test split."""
 
-    base = {j.result["seed"]: j for j in exp.baseline if j.ok}
-    if not base or test == "none":
-        return {}, ""
-    first = next(iter(base.values()))
+    p: dict[str, float] = field(default_factory=dict)  # sacreBLEU's paired test, seed-matched hypotheses
+    intervals: dict[str, Interval] = field(default_factory=dict)  # ΔBLEU, seeds and sentences (significance.py)
+    notes: list[str] = field(default_factory=list)
+
+
+def compare(exp: ExperimentResults, split: str, test: str) -> Comparison:
+    """ΔBLEU intervals and p-values of every run against its reference; a note when they cannot be computed."""
+    from ablate.significance import bleu_scorer, bleu_statistics, delta_interval, paired_test
+
+    out = Comparison()
+
+    def scored(jobs: list[JobRecord]) -> list[JobRecord]:
+        return [j for j in jobs if j.ok and j.hypotheses(split) is not None]
+
+    first = next((j for jobs in exp.runs.values() for j in scored(jobs)), None)
+    if first is None or test == "none":
+        return out
     try:
         refs = references(first.config, split)
     except UserError as error:
-        return (
-            {},
-            f"p not computed, the test references are not readable: {error.lines[0].split(': ')[0]}: missing "
-            "(point ABLATE_DATA_DIR at the corpora, or run: ablate data download multi30k)",
-        )
-    systems, baseline_hyps = {}, {}
-    for run, jobs in exp.runs.items():
-        seeds = [j for j in jobs if j.ok and j.result["seed"] in base and run != "baseline"]
-        hyps = [(j, j.hypotheses(split), base[j.result["seed"]].hypotheses(split)) for j in seeds]
-        hyps = [h for h in hyps if h[1] is not None and h[2] is not None]
-        if hyps:
-            key = tuple(j.result["seed"] for j, _, _ in hyps)
-            baseline_hyps.setdefault(key, [line for _, _, b in hyps for line in b])
-            systems[run] = (key, [line for _, h, _ in hyps for line in h])
+        out.notes.append(f"ΔBLEU intervals and p not computed, the test references are not readable: "
+                         f"{error.lines[0].split(': ')[0]}: missing (point ABLATE_DATA_DIR at the corpora, "
+                         "or run: ablate data download multi30k)")  # fmt: skip
+        return out
     lowercase = bool(first.config.get("evaluation", {}).get("lowercase", False))
-    p: dict[str, float] = {}
-    for key, base_lines in baseline_hyps.items():  # one test per set of shared seeds
-        group = {run: lines for run, (k, lines) in systems.items() if k == key}
-        p |= paired_test(base_lines, group, refs * len(key), lowercase, test)
-    return p, ""
+    score = bleu_scorer(lowercase)
+    statistics_of: dict[Path, Any] = {}
+
+    def stats(jobs: list[JobRecord]):
+        import numpy as np
+
+        for j in jobs:
+            if j.directory not in statistics_of:
+                statistics_of[j.directory] = bleu_statistics(j.hypotheses(split), refs, lowercase)
+        return np.stack([statistics_of[j.directory] for j in jobs])  # (seeds, N, K)
+
+    tests: dict[tuple, tuple[list[str], dict[str, list[str]]]] = {}  # (reference, seeds) -> its hypotheses, runs'
+    for run, jobs in exp.runs.items():
+        reference = exp.reference(run)
+        done, base = scored(jobs), scored(exp.runs.get(reference, []))
+        if run == reference or not done or not base:
+            continue
+        out.intervals[run] = delta_interval(stats(base), stats(done), score)
+        by_seed = {j.result["seed"]: j for j in base}
+        paired = [j for j in done if j.result["seed"] in by_seed]
+        if paired:
+            key = (reference, *(j.result["seed"] for j in paired))
+            group = tests.setdefault(
+                key, ([h for j in paired for h in by_seed[j.result["seed"]].hypotheses(split)], {})
+            )
+            group[1][run] = [h for j in paired for h in j.hypotheses(split)]
+    for key, (base_lines, systems) in tests.items():  # one test per reference and set of shared seeds
+        out.p |= paired_test(base_lines, systems, refs * (len(key) - 1), lowercase, test)
+    return out
 
 
 def _mean(values: list[float], digits: int = 2) -> float | None:
@@ -161,8 +199,8 @@ def _mean(values: list[float], digits: int = 2) -> float | None:
 def report_frame(exp: ExperimentResults, test: str = "bs") -> tuple[pd.DataFrame, list[str]]:
     """One row a run (numbers for csv), and notes to print under the table."""
     split = exp.split()
-    p_values, note = significance(exp, split, test) if split else ({}, "")
-    notes = [note] if note else []
+    comparison = compare(exp, split, test) if split else Comparison()
+    notes = list(comparison.notes)
 
     def bleu_of(jobs: list[JobRecord]) -> list[float]:
         return [j.result["scores"][split]["bleu"] for j in jobs if j.ok and split in j.result.get("scores", {})]
@@ -172,9 +210,10 @@ def report_frame(exp: ExperimentResults, test: str = "bs") -> tuple[pd.DataFrame
                  if "train_src_tokens_per_s" in j.result]  # fmt: skip
         return _mean(rates, 0)
 
-    base_bleu, base_speed = _mean(bleu_of(exp.baseline)), speed(exp.baseline)
     rows = []
     for run, jobs in exp.runs.items():
+        reference = exp.runs.get(exp.reference(run), [])
+        base_bleu, base_speed = _mean(bleu_of(reference)), speed(reference)
         ok = [j for j in jobs if j.ok]
         bleu = bleu_of(jobs)
         mean = _mean(bleu)
@@ -183,13 +222,22 @@ def report_frame(exp: ExperimentResults, test: str = "bs") -> tuple[pd.DataFrame
         rows.append({
             "run": run, "differs": jobs[0].result.get("describe", "-"), "params": jobs[0].result.get("params"),
             "BLEU": mean, "BLEU std": round(statistics.stdev(bleu), 2) if len(bleu) > 1 else None, "n": len(bleu),
-            "ΔBLEU": None if mean is None or base_bleu is None or run == "baseline" else round(mean - base_bleu, 2),
-            "p": p_values.get(run),
+            "ΔBLEU": None if mean is None or base_bleu is None or run == exp.reference(run)
+            else round(mean - base_bleu, 2),
+            "ΔBLEU lo": _rounded(comparison.intervals.get(run), "low"),
+            "ΔBLEU hi": _rounded(comparison.intervals.get(run), "high"),
+            "CI over": _covers(comparison.intervals.get(run)), "p": comparison.p.get(run),
             "chrF": _mean([j.result["scores"][split]["chrf"] for j in ok if split in j.result.get("scores", {})]),
             "valid loss": _mean([j.result["valid_loss"] for j in ok if "valid_loss" in j.result], 3),
             "valid ppl": _mean([j.result["valid_ppl"] for j in ok if "valid_ppl" in j.result]),
             "train tok/s": rate, "tok/s vs baseline": round(rate / base_speed, 2) if rate and base_speed else None,
             "decode sent/s": _mean(decode, 1),
+            "GFLOP/tgt tok": _significant([j.result.get("gflop_per_target_token") for j in jobs]),
+            "train PFLOP": _significant([j.result["train_flops"] / 1e15 for j in jobs if "train_flops" in j.result]),
+            "TFLOP/s": _significant([j.result.get("train_tflops_per_s") for j in jobs]),
+            "MFU": _significant([j.result.get("mfu") for j in jobs]),
+            "budget": ", ".join(dict.fromkeys(_budget(j.result["budget"]) for j in jobs if j.result.get("budget")))
+            or None,
             "peak MiB": _mean([j.result["peak_memory_mib"] for j in jobs if "peak_memory_mib" in j.result], 1),
             "wall s": _mean([j.result["wall_seconds"] for j in jobs if "wall_seconds" in j.result], 1),
             "device": ", ".join(dict.fromkeys(j.result["device"] for j in jobs if "device" in j.result)) or None,
@@ -203,16 +251,62 @@ def report_frame(exp: ExperimentResults, test: str = "bs") -> tuple[pd.DataFrame
         })  # fmt: skip
     if split:
         notes.insert(0, f"BLEU and chrF on {split}: {_signature(exp, split)}")
-    if p_values:
-        notes.append(f"p: paired {'bootstrap resampling' if test == 'bs' else 'approximate randomisation'} "
-                     "against the baseline (sacreBLEU), seed-matched hypotheses concatenated")  # fmt: skip
+    notes += explanations(comparison, test)
     frame = pd.DataFrame(rows, columns=COLUMNS, dtype=object)
-    for optional in ("note", "GPU ids"):  # a re-run after a spec change, GPUs handed out: otherwise no column
+    for optional in ("note", "GPU ids", "GFLOP/tgt tok", "train PFLOP", "TFLOP/s", "MFU", "budget"):
+        # a re-run after a spec change, GPUs handed out, results from before FLOPs were counted: else no column
         if frame[optional].isna().all():
             frame = frame.drop(columns=optional)
+    if not comparison.intervals:
+        frame = frame.drop(columns=["ΔBLEU lo", "ΔBLEU hi", "CI over"])
     if test == "none":
         frame = frame.drop(columns="p")
     return frame, notes
+
+
+def _significant(values: list[float | None], digits: int = 3) -> float | None:
+    """The mean to `digits` significant figures: FLOP figures span many orders of magnitude."""
+    present = [v for v in values if v is not None]
+    return float(f"{statistics.fmean(present):.{digits}g}") if present else None
+
+
+BUDGET_UNITS = {"max_steps": "steps", "max_epochs": "epochs", "max_target_tokens": "tgt tokens",
+                "max_flops": "FLOPs", "max_seconds": "s"}  # fmt: skip
+
+
+def _budget(budget: dict[str, float]) -> str:
+    """`1450 steps`, `2e+15 FLOPs`: what the run's length was set in (the first reached ends it)."""
+    return " or ".join(f"{value:g} {BUDGET_UNITS.get(name, name)}" for name, value in budget.items())
+
+
+def _rounded(interval: Interval | None, end: str) -> float | None:
+    return None if interval is None else round(getattr(interval, end), 2)
+
+
+def _covers(interval: Interval | None) -> str | None:
+    if interval is None:
+        return None
+    return "seeds, sentences" if interval.seeds else "sentences"
+
+
+def explanations(comparison: Comparison, test: str) -> list[str]:
+    """What the interval and the p-value mean, and what they leave out, in words a reviewer accepts."""
+    notes = []
+    if comparison.intervals:
+        notes.append("ΔBLEU [lo, hi]: the run's mean BLEU over its seeds minus the baseline's, with a 95% confidence "
+                     "interval that counts both seed-to-seed variance (Student's t over each arm's seeds) and "
+                     "test-set sampling (paired bootstrap over sentences, 1,000 resamples); * marks an interval "
+                     "that excludes 0. It does not cover other corpora, other learning rates or longer "
+                     "training.")  # fmt: skip
+        if not all(i.seeds for i in comparison.intervals.values()):
+            notes.append("CI over 'sentences': an arm has a single seed, so seed-to-seed variance is not covered "
+                         "and the interval is too narrow for a claim about the architecture; train more seeds "
+                         "(ablate run --seeds 3).")  # fmt: skip
+    if comparison.p:
+        notes.append(f"p: sacreBLEU's paired {'bootstrap resampling' if test == 'bs' else 'approximate randomisation'}"
+                     " against the baseline, seed-matched hypotheses concatenated: the chance of a difference this "
+                     "large from test-set sampling alone; seed variance is not in it.")  # fmt: skip
+    return notes
 
 
 def _status(statuses: list[str]) -> str:
@@ -263,10 +357,15 @@ def cards(exp: ExperimentResults) -> str:
 def write_report(exp: ExperimentResults, frame: pd.DataFrame, title: str, notes: list[str]) -> list[Path]:
     """<experiment>/report/: the table in every file format, the run cards and, with matplotlib, the plots."""
     from ablate import plots
+    from ablate.sensitivity import sensitivity_frame, swept
     from ablate.tables import FILES, render
 
     folder = exp.directory / "report"
     files = {name: render(fmt, frame, title, notes) for fmt, name in FILES.items()} | {"cards.md": cards(exp)}
+    if swept(exp):  # the learning-rate table beside the main one: lr.md, lr.csv, ...
+        lr_frame, lr_notes = sensitivity_frame(exp)
+        files |= {f"lr.{name.split('.')[1]}": render(fmt, lr_frame, f"{exp.name}: learning-rate sensitivity",
+                                                     lr_notes) for fmt, name in FILES.items()}  # fmt: skip
     for name, content in files.items():
         write_text(folder / name, content)
     written = [folder / name for name in files]

@@ -10,6 +10,10 @@ results/<experiment>/runs/<run>/seed-<n>/
     worker.log        the worker's own output
     .lock             held (flock) by the process training this job
 
+A job whose spec and seed (its config hash) already finished elsewhere under the same results root is
+not trained again: `reuse` copies that result, its hypotheses and metrics, and result.json names the
+source in `reused_from`.
+
 Everything that reads or writes a run directory (worker, launchers, runner, report, check, the live
 view) goes through this module.
 """
@@ -22,6 +26,7 @@ import fcntl
 import hashlib
 import json
 import os
+import shutil
 import socket
 from enum import Enum, IntEnum
 from pathlib import Path
@@ -64,7 +69,12 @@ class Exit(IntEnum):
 # Keys that change neither the trained model nor its scores, left out of the config hash (the resume
 # test shows that saving checkpoints does not change training). With checkpoint averaging on, the
 # checkpoints are what gets averaged, so their interval counts.
-BOOKKEEPING = {("training", "checkpoint_every")}
+BOOKKEEPING = {("training", "checkpoint_every"), ("training", "peak_tflops")}
+
+# Keys added after results were committed, left out of the hash at their default so that earlier
+# hashes hold: a run that does not use them is the run it was.
+ADDED = {("evaluation", "average_checkpoints"): 1, ("training", "max_target_tokens"): None,
+         ("training", "max_flops"): None, ("training", "max_seconds"): None}  # fmt: skip
 
 
 def config_hash(spec: dict[str, Any]) -> str:
@@ -74,8 +84,9 @@ def config_hash(spec: dict[str, Any]) -> str:
     for section, key in BOOKKEEPING:
         if not (averaging and key == "checkpoint_every"):
             data.get(section, {}).pop(key, None)
-    if not averaging:
-        data.get("evaluation", {}).pop("average_checkpoints", None)  # hashes made before averaging existed hold
+    for (section, key), default in ADDED.items():
+        if key in data.get(section, {}) and data[section][key] == default:
+            del data[section][key]
     return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:12]
 
 
@@ -192,6 +203,41 @@ def stale_path(directory: Path) -> Path:
     while stale.exists():
         stale, n = directory.with_name(f"{directory.name}{STALE}{stored_hash(directory)}-{n}"), n + 1
     return stale
+
+
+def finished_jobs(results: Path) -> dict[str, Path]:
+    """Config hash -> a job directory under `results` (<experiment>/runs/<run>/seed-<n>) that completed or diverged.
+
+    What a sweep may reuse instead of training the same spec and seed again. Reused results are not
+    sources themselves, so every copy names the job that trained.
+    """
+    found: dict[str, Path] = {}
+    for directory in sorted(results.glob("*/runs/*/seed-*")):
+        if STALE in directory.name or not directory.is_dir():
+            continue
+        result = read_result(directory)
+        if result and result.get("status") in (Status.COMPLETED, Status.DIVERGED) and not result.get("reused_from"):
+            found.setdefault(result.get("config_hash") or stored_hash(directory) or "", directory)
+    found.pop("", None)
+    return found
+
+
+def reuse(source: Path, target: Path, record: dict[str, Any], results: Path) -> dict[str, Any]:
+    """Copies a finished job's result, hypotheses and metrics into `target`, relabelled with `record` (job.py's).
+
+    `target` holds its own job.json and config.yaml already; result.json is written last, so a copy
+    cut short is not taken for a result.
+    """
+    for name in (HYPOTHESES,):
+        if (source / name).is_dir():
+            shutil.copytree(source / name, target / name, dirs_exist_ok=True)
+    if (source / METRICS).is_file():
+        shutil.copyfile(source / METRICS, target / METRICS)
+    result = read_json(source / RESULT)
+    where = str(source.relative_to(results)) if source.is_relative_to(results) else str(source)
+    result |= record | {"reused_from": where, "note": f"reused: the same spec and seed trained as {where}"}
+    write_text(target / RESULT, json.dumps(result, indent=2, default=str) + "\n")
+    return result
 
 
 class RunLock:

@@ -5,6 +5,9 @@ prepare   corpora checked, vocabularies trained once, run directories made ready
 launch    a launcher trains the jobs (ablate.launchers: local processes, torchrun, Slurm)
 collect   every job's result, this sweep's or an earlier one's, in summary.md and summary.csv
 
+A job that another experiment (or this one) already trained with the same spec and seed is copied,
+not trained (ablate.plan's REUSE); `--fresh` trains it again.
+
 Running the same command again skips what is done, resumes what was interrupted from its last
 checkpoint, re-runs what the spec has changed since (keeping the old result aside) and runs the rest.
 """
@@ -24,7 +27,7 @@ from ablate.launchers import Interrupted, Launcher, Outcomes
 from ablate.plan import Action, Planned, plan
 from ablate.progress import SweepView
 from ablate.results import write_text
-from ablate.rundir import RESULT, Status, checkpoint_step, read_result, stale_path
+from ablate.rundir import RESULT, Status, checkpoint_step, read_result, reuse, stale_path, stored_hash
 
 
 @dataclass
@@ -50,7 +53,7 @@ def sweep(experiment: Experiment, options: Options, console) -> Summary:
     """Plans, prepares, launches and collects one experiment; returns its records and table (none on ranks > 0)."""
     launcher = make_launcher(experiment, options)
     planned = plan(experiment, options.results, options.seeds, options.fresh)  # every run goes in the summary
-    selected = [p for p in planned if not options.only or p.job.run in options.only]
+    selected = [p for p in planned if not options.only or {p.job.run, p.job.arm} & set(options.only)]
     training = [p for p in selected if p.trains]
     rank0 = distributed.rank() == 0
     say = console.print if rank0 else (lambda *a, **k: None)
@@ -66,6 +69,8 @@ def sweep(experiment: Experiment, options: Options, console) -> Summary:
         for p in training:
             prepare(p, options.tensorboard)
     distributed.barrier()
+    if rank0:
+        reuse_finished(selected, options.results)  # what finished elsewhere: before training anything
     jobs = [p.job for p in training]
     view = SweepView(console, jobs, done_before=len(selected) - len(training)) if rank0 else _Silent()
     try:
@@ -79,6 +84,7 @@ def sweep(experiment: Experiment, options: Options, console) -> Summary:
         view.close()
     if outcomes is None or not rank0:
         return [], None, []  # left running on the cluster, or a rank that only trained
+    reuse_finished(selected, options.results)  # what trained in this sweep
     return write_results(experiment, options.results, planned, outcomes)
 
 
@@ -114,6 +120,24 @@ def prepare(planned: Planned, tensorboard: Path | None = None) -> None:
     elif planned.action == Action.RETRY:
         (d / RESULT).unlink(missing_ok=True)
     job.save()
+
+
+FINISHED = (Status.COMPLETED, Status.DIVERGED)
+
+
+def reuse_finished(planned: list[Planned], results: Path) -> None:
+    """Copies the result of every REUSE job whose source has finished (see rundir.reuse)."""
+    for p in planned:
+        if p.action != Action.REUSE or p.source is None:
+            continue
+        source = read_result(p.source)
+        if source is None or source.get("status") not in FINISHED:
+            continue
+        d = p.job.directory
+        if d.is_dir() and stored_hash(d) not in (None, p.job.config_hash):
+            d.rename(stale_path(d))
+        p.job.save()
+        reuse(p.source, d, p.job.record(), results)
 
 
 def prepare_data(jobs: list[Job]) -> None:

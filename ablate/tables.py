@@ -11,7 +11,8 @@ from typing import Any
 
 import pandas as pd
 
-TEXT_COLUMNS = {"run", "differs", "device", "precision", "status", "note", "GPU ids"}  # left-aligned; the rest numbers
+TEXT_COLUMNS = {"run", "differs", "device", "precision", "status", "note", "GPU ids", "CI over", "budget", "rates",
+                "diverged at"}  # fmt: skip  # left-aligned; the rest numbers
 FILES = {"md": "table.md", "csv": "table.csv", "latex": "table.tex", "html": "table.html"}  # format -> report/ file
 FORMATS = ("terminal", *FILES)  # what `ablate report --format` takes
 
@@ -23,11 +24,17 @@ def cell(column: str, value: Any, row: dict[str, Any]) -> str:
     if column == "BLEU" and row.get("BLEU std") is not None:
         return f"{value:.2f} ± {row['BLEU std']:.2f}"
     if column == "ΔBLEU":
-        return f"{value:+.2f}".replace("-", "−")  # a minus sign, not a hyphen
+        text = _signed(value)
+        if row.get("ΔBLEU lo") is not None:
+            low, high = row["ΔBLEU lo"], row["ΔBLEU hi"]
+            text += f" [{_signed(low)}, {_signed(high)}]" + ("*" if low > 0 or high < 0 else "")
+        return text
     if column == "p":
         return "< 0.001" if value < 0.001 else f"{value:.3f}"
     if column == "tok/s vs baseline":
         return f"{value:.2f}×"
+    if column == "MFU":
+        return f"{100 * value:.1f}%"
     if isinstance(value, float) and column in ("BLEU", "BLEU std", "chrF", "valid ppl"):
         return f"{value:.2f}"
     if isinstance(value, float) and column == "valid loss":
@@ -37,9 +44,16 @@ def cell(column: str, value: Any, row: dict[str, Any]) -> str:
     return str(value)
 
 
+def _signed(value: float) -> str:
+    return f"{value:+.2f}".replace("-", "−")  # a minus sign, not a hyphen
+
+
+FOLDED = {"BLEU std": "BLEU", "ΔBLEU lo": "ΔBLEU", "ΔBLEU hi": "ΔBLEU"}  # shown inside another column's cell
+
+
 def display(frame: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
-    """Header and cells for people; the std column is folded into BLEU."""
-    columns = [c for c in frame.columns if c != "BLEU std" or "BLEU" not in frame.columns]
+    """Header and cells for people; the std is folded into BLEU, the interval into ΔBLEU."""
+    columns = [c for c in frame.columns if FOLDED.get(c) not in frame.columns]
     rows = []
     for record in frame.to_dict("records"):
         rows.append([cell(c, record[c], record) for c in columns])
@@ -101,15 +115,16 @@ def render(fmt: str, frame: pd.DataFrame, title: str, notes: list[str]) -> str:
 
 
 def print_table(console, title: str, frame: pd.DataFrame, notes: list[str]) -> None:
-    """The table on a terminal (rich), its notes under it."""
+    """The table on a terminal (rich), its notes under it; brackets such as `[lo, hi]` are text, not markup."""
+    from rich.markup import escape
     from rich.table import Table
 
     columns, rows = display(frame)
-    table = Table(title=title, title_justify="left")
+    table = Table(title=escape(title), title_justify="left")
     for column in columns:
-        table.add_column(column, justify="left" if column in TEXT_COLUMNS else "right")
+        table.add_column(escape(column), justify="left" if column in TEXT_COLUMNS else "right")
     for row in rows:
-        table.add_row(*row)
+        table.add_row(*map(escape, row))
     console.print(table)
     for note in notes:
-        console.print(f"  {note}", highlight=False)
+        console.print(f"  {escape(note)}", highlight=False)

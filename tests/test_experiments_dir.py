@@ -16,9 +16,9 @@ def test_there_are_experiments():
 @pytest.mark.parametrize("path", FILES, ids=[str(f.relative_to(ROOT)) for f in FILES])
 def test_experiment_validates(path):
     experiment = ablate.load_experiment(path)
-    assert experiment.runs[0].name == "baseline"
+    assert (experiment.runs[0].arm or experiment.runs[0].name) == "baseline"  # the baseline, at a rate in a sweep
     for run in experiment.runs:
         vocab = run.spec.tokenizer.vocab_size
         assert parameter_count(run.spec.model, vocab, vocab) > 0
-        if run.name != "baseline":
+        if run.name != experiment.runs[0].name:
             assert run.differences, f"{run.name} does not differ from the baseline"

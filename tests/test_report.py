@@ -195,3 +195,29 @@ def test_the_paper_base_is_what_the_spec_defaults_and_paper_recipe_say():
     assert paper_differences(config) == []
     for key in PAPER_BASE:
         assert value_at(config, key) is not None, key
+
+
+def test_delta_bleu_intervals_cover_seeds_and_sentences(results):
+    import numpy as np
+
+    from ablate.significance import bleu_scorer, bleu_statistics, delta_interval
+
+    exp = load_results(results)
+    refs = _references(exp)
+
+    def stats(run):
+        return np.stack([bleu_statistics(j.hypotheses(SPLIT), refs, False) for j in exp.runs[run]])
+
+    expected = delta_interval(stats("baseline"), stats("pre_ln"), bleu_scorer(False))
+    table = {r["run"]: r for r in csv.DictReader(io.StringIO(report(results, "--format", "csv", "--no-files")))}
+    row = table["pre_ln"]
+    assert row["CI over"] == "seeds, sentences" and expected.seeds
+    assert float(row["ΔBLEU lo"]) == pytest.approx(expected.low, abs=0.006)
+    assert float(row["ΔBLEU hi"]) == pytest.approx(expected.high, abs=0.006)
+    assert float(row["ΔBLEU lo"]) <= float(row["ΔBLEU"]) <= float(row["ΔBLEU hi"])
+    assert table["explodes"]["ΔBLEU lo"] == "" and table["baseline"]["CI over"] == ""
+    md = report(results, "--format", "md", "--no-files")
+    assert "Student's t" in md and "test-set sampling" in md and "seed-to-seed variance is not covered" not in md
+    line = next(line for line in md.splitlines() if line.startswith("| pre_ln "))
+    assert f"[{float(row['ΔBLEU lo']):+.2f}".replace("-", "−") in line
+    assert ("*" in line) == (expected.low > 0 or expected.high < 0)

@@ -7,8 +7,8 @@ import math
 from tests.conftest import ROOT, cli
 
 COLUMNS = ["run", "differs", "params", "BLEU", "BLEU std", "n", "ΔBLEU", "chrF", "valid loss", "valid ppl",
-           "train tok/s", "tok/s vs baseline", "decode sent/s", "peak MiB", "wall s", "device", "GPUs", "precision",
-           "status"]  # fmt: skip
+           "train tok/s", "tok/s vs baseline", "decode sent/s", "GFLOP/tgt tok", "train PFLOP", "TFLOP/s", "MFU",
+           "budget", "peak MiB", "wall s", "device", "GPUs", "precision", "status"]  # fmt: skip
 
 
 def test_smoke_writes_every_file_and_column(tmp_path):
