@@ -112,9 +112,9 @@ def train_and_evaluate(job: Job, rank: int, world: int, local_rank: int, stop) -
         "train_tgt_tokens_per_s": round(totals.tgt_tokens / totals.step_seconds, 1),
         "step_ms": round(1000 * timed, 1), "earlier_wall_seconds": earlier_wall,
     }  # fmt: skip
-    out |= compute(trainer, spec.training, device, world, job.threads)
     if outcome.status == Status.INTERRUPTED:
-        return out
+        return out  # no result.json: the resumed run measures what training cost
+    out |= compute(trainer, spec.training, device, world, job.threads)
     if outcome.status == Status.DIVERGED:
         return out | {"error": outcome.reason, "peak_memory_mib": peak_memory_mib(device)}
     if saving and resumed != outcome.steps:  # a kill while decoding resumes at evaluation

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from ablate.experiment import Experiment
 from ablate.job import Job
-from ablate.rundir import RunLock, Status, checkpoint_step, finished_jobs, read_result, stored_hash
+from ablate.rundir import FINISHED, RunLock, checkpoint_step, finished_jobs, read_result, stored_hash
 
 
 class Action(str, Enum):
@@ -99,7 +99,7 @@ def classify(job: Job, fresh: bool) -> Planned:
         why = f"the spec changed since the earlier result (config {old} -> {job.config_hash})"
         return Planned(job, Action.RERUN, why)
     result = read_result(d)
-    if result is not None and result.get("status") in (Status.COMPLETED, Status.DIVERGED):
+    if result is not None and result.get("status") in FINISHED:
         return Planned(job, Action.SKIP, f"{result['status']} earlier")
     step = checkpoint_step(d, job.config_hash)
     if step is not None:

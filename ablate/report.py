@@ -37,13 +37,17 @@ class JobRecord:
     directory: Path
     result: dict[str, Any]
     config: dict[str, Any]
+    _hypotheses: dict[str, list[str] | None] = field(default_factory=dict, repr=False)
 
     @property
     def ok(self) -> bool:
         return self.result.get("status") == Status.COMPLETED
 
     def hypotheses(self, split: str) -> list[str] | None:
-        return read_hypotheses(self.directory, split)
+        """The split's translations, read once (the report compares a job with several others)."""
+        if split not in self._hypotheses:
+            self._hypotheses[split] = read_hypotheses(self.directory, split)
+        return self._hypotheses[split]
 
     def metrics(self) -> list[dict[str, Any]]:
         return read_metrics(self.directory)

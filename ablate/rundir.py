@@ -56,6 +56,9 @@ class Status(str, Enum):
         return self.value
 
 
+FINISHED = (Status.COMPLETED, Status.DIVERGED)  # results that stand: never trained again, and reusable
+
+
 class Exit(IntEnum):
     """A worker's exit codes (and `ablate run`'s: 0 all done, 1 some failed, 2 bad input, 130 interrupted)."""
 
@@ -216,7 +219,7 @@ def finished_jobs(results: Path) -> dict[str, Path]:
         if STALE in directory.name or not directory.is_dir():
             continue
         result = read_result(directory)
-        if result and result.get("status") in (Status.COMPLETED, Status.DIVERGED) and not result.get("reused_from"):
+        if result and result.get("status") in FINISHED and not result.get("reused_from"):
             found.setdefault(result.get("config_hash") or stored_hash(directory) or "", directory)
     found.pop("", None)
     return found

@@ -27,7 +27,7 @@ from ablate.launchers import Interrupted, Launcher, Outcomes
 from ablate.plan import Action, Planned, plan
 from ablate.progress import SweepView
 from ablate.results import write_text
-from ablate.rundir import RESULT, Status, checkpoint_step, read_result, reuse, stale_path, stored_hash
+from ablate.rundir import FINISHED, RESULT, Status, checkpoint_step, read_result, reuse, stale_path, stored_hash
 
 
 @dataclass
@@ -120,9 +120,6 @@ def prepare(planned: Planned, tensorboard: Path | None = None) -> None:
     elif planned.action == Action.RETRY:
         (d / RESULT).unlink(missing_ok=True)
     job.save()
-
-
-FINISHED = (Status.COMPLETED, Status.DIVERGED)
 
 
 def reuse_finished(planned: list[Planned], results: Path) -> None:
