@@ -8,12 +8,13 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from ablate.parts import EMBEDDING_SCALE, FEEDFORWARD, NORM, NORM_PLACEMENT, POSITIONS, SCALING, TYING
-from ablate.parts.attention import KV, CrossAttention, SelfAttention
+from ablate.parts import EMBEDDING_SCALE, FEEDFORWARD, NORM, NORM_PLACEMENT, POSITIONS, PROJECTION, SCALING, TYING
+from ablate.parts.attention import KV, AttentionScaling, CrossAttention, SelfAttention
 from ablate.parts.embeddings import Embeddings
 from ablate.parts.feedforward import FeedForward
 from ablate.parts.norms import SublayerConnection
 from ablate.parts.positions import Positions
+from ablate.parts.projections import Projection
 from ablate.spec import ModelSpec
 
 
@@ -154,13 +155,17 @@ def build_model(spec: ModelSpec, src_vocab: int, tgt_vocab: int, pad_id: int = 0
     def norm() -> nn.Module:
         return NORM.build(spec.norm, d_model=d_model)
 
+    def projection(cross: bool) -> Projection:
+        return PROJECTION.build(spec.projection, d_model=d_model, heads=heads, d_k=d_k, cross=cross)
+
+    def scaling() -> AttentionScaling:
+        return SCALING.build(spec.scaling, d_model=d_model, heads=heads, d_k=d_k)
+
     def self_attn(positions: Positions) -> SelfAttention:
-        scaling = SCALING.build(spec.scaling, d_model=d_model, heads=heads, d_k=d_k)
-        return SelfAttention(d_model, heads, d_k, scaling, spec.attention_dropout, positions)
+        return SelfAttention(d_model, heads, d_k, projection(cross=False), scaling(), spec.attention_dropout, positions)
 
     def cross_attn() -> CrossAttention:
-        scaling = SCALING.build(spec.scaling, d_model=d_model, heads=heads, d_k=d_k)
-        return CrossAttention(d_model, heads, d_k, scaling, spec.attention_dropout)
+        return CrossAttention(d_model, heads, d_k, projection(cross=True), scaling(), spec.attention_dropout)
 
     def feed_forward() -> FeedForward:
         return FEEDFORWARD.build(spec.feedforward, d_model=d_model, d_ff=spec.d_ff, dropout=spec.activation_dropout)

@@ -23,6 +23,7 @@ PAPER_BASE: dict[str, tuple[Any, str]] = {
     "model.positions": ("sinusoidal", "§3.5"),
     "model.norm_placement": ("post_ln", "§3.1, LayerNorm(x + Sublayer(x))"),
     "model.norm": ("layernorm", "§3.1"),
+    "model.projection": ("full", "§3.2.2"),
     "model.scaling": ("sqrt_dk", "§3.2.1"),
     "model.feedforward": ("relu", "§3.3"),
     "model.embedding_scale": ("sqrt_dmodel", "§3.4"),

@@ -21,7 +21,7 @@ from pydantic import (
 from ablate.data.dataset import DataSpec
 from ablate.data.tokenizer import TokenizerSpec
 from ablate.errors import SpecValueError
-from ablate.parts import EMBEDDING_SCALE, FEEDFORWARD, NORM, NORM_PLACEMENT, POSITIONS, SCALING, TYING
+from ablate.parts import EMBEDDING_SCALE, FEEDFORWARD, NORM, NORM_PLACEMENT, POSITIONS, PROJECTION, SCALING, TYING
 from ablate.registry import PartSpec, Slot
 from ablate.schedules import SCHEDULE
 from ablate.sections import Probability, Section, part
@@ -45,6 +45,7 @@ class ModelSpec(Section):
     positions: Annotated[PartSpec, POSITIONS] = part(POSITIONS, "sinusoidal")
     norm_placement: Annotated[PartSpec, NORM_PLACEMENT] = part(NORM_PLACEMENT, "post_ln")
     norm: Annotated[PartSpec, NORM] = part(NORM, "layernorm")
+    projection: Annotated[PartSpec, PROJECTION] = part(PROJECTION, "full")
     scaling: Annotated[PartSpec, SCALING] = part(SCALING, "sqrt_dk")
     feedforward: Annotated[PartSpec, FEEDFORWARD] = part(FEEDFORWARD, "relu")
     embedding_scale: Annotated[PartSpec, EMBEDDING_SCALE] = part(EMBEDDING_SCALE, "sqrt_dmodel")
@@ -100,7 +101,12 @@ class TrainingSpec(Section):
     peak_tflops: PositiveFloat | None = Field(
         None, description="the device's peak TFLOP/s for MFU; default: a timed matmul, measured once a machine"
     )
-    validate_every: PositiveInt | None = Field(None, description="validation loss and BLEU every N steps (and at end)")
+    validate_every: PositiveInt | None = Field(
+        None, description="validation loss and BLEU every N steps (and at the end); null: at every tenth of the budget"
+    )
+    diagnostics_every: NonNegativeInt | None = Field(
+        None, description="gradient, attention and norm diagnostics every N steps; null: at each validation; 0: never"
+    )
     valid_bleu_pairs: NonNegativeInt = Field(200, description="validation pairs decoded for BLEU; 0 for loss only")
     checkpoint_every: PositiveInt | None = Field(
         1000, description="save a checkpoint every N steps, at the end and on Ctrl-C; null: never (no resume)"
@@ -140,6 +146,18 @@ class EvaluationSpec(Section):
     average_checkpoints: PositiveInt = Field(
         1, description="decode the mean of the last N checkpoints (training.checkpoint_every apart); 1: the last"
     )
+    length_buckets: list[PositiveInt] = Field(
+        [10, 20, 30],
+        min_length=1,
+        description="upper ends, in source words, of the buckets BLEU and chrF are "
+        "broken down by (compare-mt's); the last bucket is open: 1-10, 11-20, 21-30, 31+",
+    )
+
+    @model_validator(mode="after")
+    def _buckets(self) -> EvaluationSpec:
+        if any(a >= b for a, b in zip(self.length_buckets, self.length_buckets[1:], strict=False)):
+            raise SpecValueError(f"must increase, got {self.length_buckets}", ("length_buckets",))
+        return self
 
 
 class RunSpec(Section):

@@ -7,6 +7,7 @@ import torch
 
 from ablate.parts.attention import SCALING, CrossAttention, SelfAttention
 from ablate.parts.positions import POSITIONS
+from ablate.parts.projections import PROJECTION
 
 D, H = 32, 4
 D_K = 8
@@ -16,12 +17,14 @@ def self_attention(scaling: str, d_k: int = D_K) -> SelfAttention:
     torch.manual_seed(0)
     part = SCALING.build(SCALING.parse(scaling), d_model=D, heads=H, d_k=d_k)
     none = POSITIONS.build(POSITIONS.parse("none"), d_model=D)
-    return SelfAttention(D, H, d_k, part, dropout=0.0, positions=none).eval()
+    full = PROJECTION.build(PROJECTION.parse("full"), d_model=D, heads=H, d_k=d_k, cross=False)
+    return SelfAttention(D, H, d_k, full, part, dropout=0.0, positions=none).eval()
 
 
 def by_hand(attn: SelfAttention, x: torch.Tensor, scale, normalise: bool = False) -> torch.Tensor:
     B, L, _ = x.shape
-    q, k, v = (x @ attn.w_qkv.weight.T + attn.w_qkv.bias).split(H * attn.d_k, dim=-1)
+    w_qkv = attn.projection.w_qkv
+    q, k, v = (x @ w_qkv.weight.T + w_qkv.bias).split(H * attn.d_k, dim=-1)
     q, k, v = (t.reshape(B, L, H, attn.d_k).transpose(1, 2) for t in (q, k, v))  # (B, h, L, d_k)
     if normalise:
         q, k = q / q.norm(dim=-1, keepdim=True), k / k.norm(dim=-1, keepdim=True)
@@ -50,7 +53,7 @@ def test_sqrt_dk_follows_d_k_not_d_model():
     x = torch.randn(2, 5, D)
     with torch.no_grad():
         torch.testing.assert_close(attn(x), by_hand(attn, x, 1 / 4), atol=1e-5, rtol=1e-5)
-    assert attn.w_qkv.out_features == 3 * H * 16
+    assert attn.projection.w_qkv.out_features == 3 * H * 16
 
 
 def test_qk_norm_is_cosine_similarity_times_learned_scale():
@@ -76,7 +79,8 @@ def test_causal_self_attention_equals_masked_formula():
 def test_cross_attention_reads_memory_through_key_mask():
     torch.manual_seed(0)
     part = SCALING.build(SCALING.parse("sqrt_dk"), d_model=D, heads=H, d_k=D_K)
-    attn = CrossAttention(D, H, D_K, part, dropout=0.0).eval()
+    full = PROJECTION.build(PROJECTION.parse("full"), d_model=D, heads=H, d_k=D_K, cross=True)
+    attn = CrossAttention(D, H, D_K, full, part, dropout=0.0).eval()
     x, memory = torch.randn(1, 3, D), torch.randn(1, 6, D)
     mask = torch.tensor([True, True, True, True, False, False])[None, None, None, :]
     with torch.no_grad():

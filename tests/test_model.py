@@ -12,8 +12,8 @@ D, H, FF, N = 32, 4, 64, 2
 
 
 def copy_encoder_layer(ours, ref):
-    ref.self_attn.in_proj_weight.data.copy_(ours.self_attn.w_qkv.weight)  # rows [W_q; W_k; W_v] in both
-    ref.self_attn.in_proj_bias.data.copy_(ours.self_attn.w_qkv.bias)
+    ref.self_attn.in_proj_weight.data.copy_(ours.self_attn.projection.w_qkv.weight)  # rows [W_q; W_k; W_v] in both
+    ref.self_attn.in_proj_bias.data.copy_(ours.self_attn.projection.w_qkv.bias)
     ref.self_attn.out_proj.load_state_dict(ours.self_attn.w_o.state_dict())
     ref.linear1.load_state_dict(ours.feed_forward.w_1.state_dict())
     ref.linear2.load_state_dict(ours.feed_forward.w_2.state_dict())
@@ -22,11 +22,12 @@ def copy_encoder_layer(ours, ref):
 
 
 def copy_decoder_layer(ours, ref):
-    ref.self_attn.in_proj_weight.data.copy_(ours.self_attn.w_qkv.weight)
-    ref.self_attn.in_proj_bias.data.copy_(ours.self_attn.w_qkv.bias)
+    ref.self_attn.in_proj_weight.data.copy_(ours.self_attn.projection.w_qkv.weight)
+    ref.self_attn.in_proj_bias.data.copy_(ours.self_attn.projection.w_qkv.bias)
     ref.self_attn.out_proj.load_state_dict(ours.self_attn.w_o.state_dict())
-    ref.multihead_attn.in_proj_weight.data.copy_(torch.cat([ours.cross_attn.w_q.weight, ours.cross_attn.w_kv.weight]))
-    ref.multihead_attn.in_proj_bias.data.copy_(torch.cat([ours.cross_attn.w_q.bias, ours.cross_attn.w_kv.bias]))
+    cross = ours.cross_attn.projection
+    ref.multihead_attn.in_proj_weight.data.copy_(torch.cat([cross.w_q.weight, cross.w_kv.weight]))
+    ref.multihead_attn.in_proj_bias.data.copy_(torch.cat([cross.w_q.bias, cross.w_kv.bias]))
     ref.multihead_attn.out_proj.load_state_dict(ours.cross_attn.w_o.state_dict())
     ref.linear1.load_state_dict(ours.feed_forward.w_1.state_dict())
     ref.linear2.load_state_dict(ours.feed_forward.w_2.state_dict())

@@ -5,5 +5,6 @@ from ablate.parts.embeddings import EMBEDDING_SCALE, TYING
 from ablate.parts.feedforward import FEEDFORWARD
 from ablate.parts.norms import NORM, NORM_PLACEMENT
 from ablate.parts.positions import POSITIONS
+from ablate.parts.projections import PROJECTION
 
-__all__ = ["EMBEDDING_SCALE", "FEEDFORWARD", "NORM", "NORM_PLACEMENT", "POSITIONS", "SCALING", "TYING"]
+__all__ = ["EMBEDDING_SCALE", "FEEDFORWARD", "NORM", "NORM_PLACEMENT", "POSITIONS", "PROJECTION", "SCALING", "TYING"]

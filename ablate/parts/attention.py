@@ -1,6 +1,7 @@
 """Multi-head attention (§3.2) and the scaling of its dot products, the axis the tutorials got wrong.
 
 Shapes: B batch, L query length, M key length, h heads, d_k width of a head.
+The q, k, v projections are a part of their own (ablate.parts.projections).
 Every variant runs through F.scaled_dot_product_attention with an explicit `scale`,
 so each gets the fused kernels.
 """
@@ -8,6 +9,7 @@ so each gets the fused kernels.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Protocol
 
 import torch
 import torch.nn.functional as F
@@ -15,6 +17,7 @@ from pydantic import PositiveFloat
 from torch import Tensor, nn
 
 from ablate.parts.positions import Positions
+from ablate.parts.projections import Projection
 from ablate.registry import Part, PartParams, slot
 
 
@@ -88,46 +91,67 @@ class KV:
             self.k, self.v = self.k.index_select(0, index), self.v.index_select(0, index)
 
 
+class Probe(Protocol):
+    """Computes attention in place of SDPA on a diagnostic step, recording what SDPA hides (ablate.diagnostics)."""
+
+    def __call__(self, attention: Attention, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, is_causal: bool,
+                 scale: float) -> Tensor: ...  # fmt: skip
+
+
 class Attention(nn.Module):
     """Multi-head attention (§3.2.2): h heads of width d_k = d_v, concatenated and projected back to d_model."""
 
-    def __init__(self, d_model: int, heads: int, d_k: int, scaling: AttentionScaling, dropout: float):
+    def __init__(
+        self, d_model: int, heads: int, d_k: int, projection: Projection, scaling: AttentionScaling, dropout: float
+    ):
         super().__init__()
         self.heads, self.d_k, self.dropout = heads, d_k, dropout
         self.scaling = scaling
         self.w_o = nn.Linear(heads * d_k, d_model)
+        # After w_o: init_weights draws in module order, and the committed results need the same initial weights.
+        self.projection = projection
+        self.probe: Probe | None = None  # set by ablate.diagnostics for the steps it measures
 
     def split_heads(self, x: Tensor) -> Tensor:
         return x.unflatten(-1, (self.heads, self.d_k)).transpose(1, 2)  # (B, L, h*d_k) -> (B, h, L, d_k)
 
     def attend(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, is_causal: bool = False) -> Tensor:
         q, k, scale = self.scaling(q, k)
-        out = F.scaled_dot_product_attention(
-            q,
-            k,
-            v,
-            attn_mask=mask,
-            is_causal=is_causal,
-            scale=scale,
-            dropout_p=self.dropout if self.training else 0.0,
-        )  # (B, h, L, d_k)
+        if self.probe is not None:  # a diagnostic step: the explicit softmax, whose probabilities SDPA never forms
+            out = self.probe(self, q, k, v, mask, is_causal, scale)
+        else:
+            out = F.scaled_dot_product_attention(
+                q,
+                k,
+                v,
+                attn_mask=mask,
+                is_causal=is_causal,
+                scale=scale,
+                dropout_p=self.dropout if self.training else 0.0,
+            )  # (B, h, L, d_k)
         return self.w_o(out.transpose(1, 2).flatten(2))  # (B, L, h*d_k) -> (B, L, d_model)
 
 
 class SelfAttention(Attention):
-    """Attention of a sequence to itself; q, k, v from one packed projection, rotated if positions say so."""
+    """Attention of a sequence to itself; q, k, v all projected from it, q and k rotated if positions say so."""
 
     def __init__(
-        self, d_model: int, heads: int, d_k: int, scaling: AttentionScaling, dropout: float, positions: Positions
+        self,
+        d_model: int,
+        heads: int,
+        d_k: int,
+        projection: Projection,
+        scaling: AttentionScaling,
+        dropout: float,
+        positions: Positions,
     ):
-        super().__init__(d_model, heads, d_k, scaling, dropout)
-        self.w_qkv = nn.Linear(d_model, 3 * heads * d_k)
+        super().__init__(d_model, heads, d_k, projection, scaling, dropout)
         self.positions = positions
 
     def forward(self, x: Tensor, mask: Tensor | None = None, causal: bool = False, cache: KV | None = None) -> Tensor:
         """x: (B, L, d_model); mask: (B, 1, 1, M) bool, True where a key may be attended to."""
         offset = len(cache) if cache is not None else 0
-        q, k, v = (self.split_heads(t) for t in self.w_qkv(x).chunk(3, dim=-1))  # (B, h, L, d_k) each
+        q, k, v = (self.split_heads(t) for t in self.projection(x))  # (B, h, L, d_k) each
         q, k = self.positions.rotate(q, offset), self.positions.rotate(k, offset)
         if cache is not None:
             if offset:
@@ -143,18 +167,13 @@ class SelfAttention(Attention):
 class CrossAttention(Attention):
     """Attention of the decoder to the encoder's output (§3.2.3); the memory's k and v are cached once."""
 
-    def __init__(self, d_model: int, heads: int, d_k: int, scaling: AttentionScaling, dropout: float):
-        super().__init__(d_model, heads, d_k, scaling, dropout)
-        self.w_q = nn.Linear(d_model, heads * d_k)
-        self.w_kv = nn.Linear(d_model, 2 * heads * d_k)
-
     def forward(self, x: Tensor, memory: Tensor, mask: Tensor | None, cache: KV | None = None) -> Tensor:
         """x: (B, L, d_model); memory: (B, S, d_model); mask: (B, 1, 1, S) bool."""
-        q = self.split_heads(self.w_q(x))  # (B, h, L, d_k)
+        q = self.split_heads(self.projection.queries(x))  # (B, h, L, d_k)
         if cache is not None and cache.k is not None:
             k, v = cache.k, cache.v
         else:
-            k, v = (self.split_heads(t) for t in self.w_kv(memory).chunk(2, dim=-1))  # (B, h, S, d_k) each
+            k, v = (self.split_heads(t) for t in self.projection.keys_values(memory))  # (B, h, S, d_k) each
             if cache is not None:
                 cache.k, cache.v = k, v
         return self.attend(q, k, v, mask)

@@ -85,3 +85,17 @@ class PreLN(SublayerConnection):
 
     def forward(self, x: Tensor, sublayer: Callable[[Tensor], Tensor]) -> Tensor:
         return x + self.dropout(sublayer(self.norm(x)))
+
+
+@NORM_PLACEMENT.register("post_ln_dropout_after_norm")
+class PostLNDropoutAfterNorm(SublayerConnection):
+    """The tutorial bug: x = Dropout(LN(x + Sublayer(x))), no final norm; the paper drops the sublayer's output
+    before the residual sum and the norm, x = LN(x + Dropout(Sublayer(x))) (§5.4).
+
+    Dropout then acts on the residual stream itself, the skip path included: every layer's input has
+    features zeroed and the rest scaled by 1/(1 - p), while the sublayer's output is never dropped.
+    Without dropout (evaluation, or p = 0) it computes what post_ln does; only training differs.
+    """
+
+    def forward(self, x: Tensor, sublayer: Callable[[Tensor], Tensor]) -> Tensor:
+        return self.dropout(self.norm(x + sublayer(x)))

@@ -1,0 +1,99 @@
+"""The input projections of multi-head attention: how each head's queries, keys and values are made (§3.2.2).
+
+Shapes: B batch, L length, h heads, d_k width of a head. A projection gives q, k and v as
+(B, L, h*d_k), heads side by side; the attention module splits them into heads.
+"""
+
+from __future__ import annotations
+
+from torch import Tensor, nn
+
+from ablate.errors import SpecValueError
+from ablate.registry import Part, PartParams, slot
+
+
+class Projection(Part, nn.Module):
+    """Base: makes q, k, v (B, L, h*d_k) for one attention module, self-attention's or cross-attention's.
+
+    Self-attention calls the module on its input x; cross-attention calls `queries` on the decoder's
+    x and `keys_values` on the encoder's memory, apart, so that the memory's k and v are made once.
+    """
+
+    def __init__(self, d_model: int, heads: int, d_k: int, cross: bool):
+        super().__init__()
+        self.d_model, self.heads, self.d_k = d_model, heads, d_k
+
+    def forward(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:  # x: (B, L, d_model), self-attention
+        raise NotImplementedError
+
+    def queries(self, x: Tensor) -> Tensor:  # x: (B, L, d_model), cross-attention
+        raise NotImplementedError
+
+    def keys_values(self, memory: Tensor) -> tuple[Tensor, Tensor]:  # memory: (B, S, d_model), cross-attention
+        raise NotImplementedError
+
+
+PROJECTION = slot("projection", Projection, "how each attention head's q, k and v are projected from its input")
+
+
+@PROJECTION.register("full")
+class FullProjection(Projection):
+    """Each head's q, k and v projected from all of d_model, with biases, the paper's (§3.2.2)."""
+
+    def __init__(self, d_model: int, heads: int, d_k: int, cross: bool):
+        super().__init__(d_model, heads, d_k, cross)
+        # W^Q, W^K, W^V of all h heads packed into one matrix: one matmul instead of 3h. Cross-attention
+        # keeps W^Q apart, since the memory's k and v are made once and cached.
+        if cross:
+            self.w_q = nn.Linear(d_model, heads * d_k)
+            self.w_kv = nn.Linear(d_model, 2 * heads * d_k)
+        else:
+            self.w_qkv = nn.Linear(d_model, 3 * heads * d_k)
+
+    def forward(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        q, k, v = self.w_qkv(x).chunk(3, dim=-1)  # (B, L, 3*h*d_k) -> (B, L, h*d_k) each
+        return q, k, v
+
+    def queries(self, x: Tensor) -> Tensor:
+        return self.w_q(x)  # (B, L, h*d_k)
+
+    def keys_values(self, memory: Tensor) -> tuple[Tensor, Tensor]:
+        k, v = self.w_kv(memory).chunk(2, dim=-1)  # (B, S, 2*h*d_k) -> (B, S, h*d_k) each
+        return k, v
+
+
+@PROJECTION.register("shared_per_head")
+class SharedPerHeadProjection(Projection):
+    """The tutorial bug: head i's q, k, v from only the i-th d_k-wide slice of x, through one d_k x d_k matrix
+    shared by all heads, no bias; the paper projects each head from all of d_model with its own matrices (§3.2.2).
+
+    Three d_k x d_k matrices in all (q, k, v), against the paper's three d_model x h*d_k: a head sees only
+    d_k of the d_model features, and every head looks at its slice the same way. Needs h*d_k = d_model.
+    """
+
+    def __init__(self, d_model: int, heads: int, d_k: int, cross: bool):
+        super().__init__(d_model, heads, d_k, cross)
+        self.w_q = nn.Linear(d_k, d_k, bias=False)
+        self.w_k = nn.Linear(d_k, d_k, bias=False)
+        self.w_v = nn.Linear(d_k, d_k, bias=False)
+
+    @classmethod
+    def check(cls, params: PartParams, *, d_model: int, heads: int, d_k: int, **dims: int) -> None:
+        if heads * d_k != d_model:
+            raise SpecValueError(
+                f"projection 'shared_per_head' cuts d_model into the heads' slices and needs heads * d_k = d_model, "
+                f"got {heads} * {d_k} != {d_model}"
+            )
+
+    def per_head(self, w: nn.Linear, x: Tensor) -> Tensor:
+        slices = x.unflatten(-1, (self.heads, self.d_k))  # (B, L, d_model) -> (B, L, h, d_k)
+        return w(slices).flatten(-2)  # the same W on every head's slice; (B, L, h, d_k) -> (B, L, h*d_k)
+
+    def forward(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        return self.per_head(self.w_q, x), self.per_head(self.w_k, x), self.per_head(self.w_v, x)
+
+    def queries(self, x: Tensor) -> Tensor:
+        return self.per_head(self.w_q, x)
+
+    def keys_values(self, memory: Tensor) -> tuple[Tensor, Tensor]:
+        return self.per_head(self.w_k, memory), self.per_head(self.w_v, memory)
