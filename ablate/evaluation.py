@@ -64,3 +64,30 @@ def score(hypotheses: Sequence[str], references: Sequence[str], lowercase: bool 
     c = chrf.corpus_score(hypotheses, [references])
     return {"bleu": round(b.score, 2), "chrf": round(c.score, 2), "bleu_signature": str(bleu.get_signature()),
             "chrf_signature": str(chrf.get_signature())}  # fmt: skip
+
+
+def bucket_labels(bounds: Sequence[int]) -> list[str]:
+    """[10, 20, 30] -> ["1-10", "11-20", "21-30", "31+"]: the upper ends of closed buckets, then an open one."""
+    lows = [1, *(b + 1 for b in bounds)]
+    return [f"{low}-{high}" for low, high in zip(lows, bounds, strict=False)] + [f"{lows[-1]}+"]
+
+
+def by_length(sources: Sequence[str], hypotheses: Sequence[str], references: Sequence[str], bounds: Sequence[int],
+              lowercase: bool = False) -> dict[str, dict[str, float | int | None]]:  # fmt: skip
+    """BLEU and chrF of the sentences whose source has 1-10, 11-20, ... words (compare-mt's breakdown).
+
+    Words are whitespace-separated tokens of the raw source: the unit is the same whatever the vocabulary,
+    so runs with different tokenizers share buckets. An empty bucket has no scores.
+    """
+    labels = bucket_labels(bounds)
+    members: dict[str, list[int]] = {label: [] for label in labels}
+    for i, source in enumerate(sources):
+        words = len(source.split())
+        members[labels[sum(words > b for b in bounds)]].append(i)
+    out: dict[str, dict[str, float | int | None]] = {}
+    for label, rows in members.items():
+        scores: dict[str, float | str | None] = {"bleu": None, "chrf": None}
+        if rows:
+            scores = score([hypotheses[i] for i in rows], [references[i] for i in rows], lowercase)
+        out[label] = {"sentences": len(rows), "bleu": scores["bleu"], "chrf": scores["chrf"]}
+    return out

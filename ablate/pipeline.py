@@ -20,18 +20,21 @@ from ablate import checkpoints, distributed
 from ablate.data.batches import batches as make_batches
 from ablate.data.dataset import Dataset, load_dataset
 from ablate.data.tokenizer import PAD
-from ablate.evaluation import score, translate
+from ablate.diagnostics import fixed_batch, measure
+from ablate.evaluation import by_length, score, translate
 from ablate.flops import FlopModel, peak_flops
 from ablate.job import Job
 from ablate.model import build_model, count_parameters
 from ablate.results import write_text
 from ablate.rundir import (
     CHECKPOINT,
+    DIAGNOSTICS,
     METRICS,
     Status,
     append_metrics,
     checkpoint_step,
     hypotheses_path,
+    read_diagnostics,
     read_metrics,
     truncate_metrics,
 )
@@ -78,20 +81,35 @@ def train_and_evaluate(job: Job, rank: int, world: int, local_rank: int, stop) -
         out["resumed_from_step"] = resumed
     log = Log(job.directory if rank == 0 else None, job.tensorboard if rank == 0 else None, resumed)
     valid_batches = make_batches(data.valid, spec.training.max_tokens)
+    every = spec.training.diagnostics_every  # None: at each validation; 0: never
+    probe_batch = fixed_batch(data.valid, spec.training.max_tokens)
+
+    def diagnose(step: int) -> None:
+        """Rank 0's diagnostics of the model as it is at `step` (ablate.diagnostics), logged."""
+        if rank == 0 and every != 0:
+            amp = autocast(device, spec.training.precision)
+            log.diagnostics({"step": step} | measure(model, probe_batch, spec.training.label_smoothing, amp))
+
     if rank == 0:
         out["init_valid_loss"] = initial_loss(model, valid_batches, spec, device, job.directory, log, resumed)
+        if resumed is None:
+            diagnose(0)  # at initialisation, before the first update, where Xiong et al. measure
 
     def on_step(p: Progress) -> None:
         log.write({"step": p.step, "epoch": p.epoch, "loss": round(p.loss, 4), "lr": p.lr,
                    "step_ms": round(p.step_seconds * 1000, 1), "src_tokens": p.src_tokens,
                    "tgt_tokens": p.tgt_tokens, "wall_s": wall()})  # fmt: skip
         log.progress(p, spec.training.max_steps)
+        if every and p.step % every == 0:
+            diagnose(p.step)
 
     def on_validate(step: int) -> dict[str, Any]:
         record: dict[str, Any] = {}
         if rank == 0:
             record = validate(model, data, valid_batches, spec, device, step)
             log.write(record | {"wall_s": wall()})
+            if every is None:
+                diagnose(step)
         distributed.barrier()
         return record
 
@@ -103,6 +121,8 @@ def train_and_evaluate(job: Job, rank: int, world: int, local_rank: int, stop) -
 
     saving = spec.training.checkpoint_every is not None
     outcome = trainer.fit(data.train, on_step, on_validate, on_checkpoint if saving else None, stop)
+    if outcome.status != Status.INTERRUPTED and log.last_diagnosed != outcome.steps:
+        diagnose(outcome.steps)  # the trained model, before any checkpoint averaging; a diverged one too
     totals = trainer.totals
     timed = totals.timed_seconds / totals.timed_steps if totals.timed_steps else totals.step_seconds / outcome.steps
     out |= {
@@ -114,6 +134,8 @@ def train_and_evaluate(job: Job, rank: int, world: int, local_rank: int, stop) -
     }  # fmt: skip
     if outcome.status == Status.INTERRUPTED:
         return out  # no result.json: the resumed run measures what training cost
+    if rank == 0 and every != 0:
+        out["diagnostics_seconds"] = round(sum(r.get("seconds", 0.0) for r in read_diagnostics(job.directory)), 2)
     out |= compute(trainer, spec.training, device, world, job.threads)
     if outcome.status == Status.DIVERGED:
         return out | {"error": outcome.reason, "peak_memory_mib": peak_memory_mib(device)}
@@ -184,7 +206,10 @@ def decode_and_score(model, data: Dataset, spec, device: torch.device, directory
                                 beam_size=ev.beam_size, alpha=ev.length_penalty, max_extra_len=ev.max_extra_len,
                                 batch_size=ev.batch_size, device=device, autocast=amp)  # fmt: skip
         write_text(hypotheses_path(directory, split), "\n".join(translation.hypotheses) + "\n")
-        scores[split] = score(translation.hypotheses, [p[1] for p in pairs], ev.lowercase)
+        references = [p[1] for p in pairs]
+        scores[split] = score(translation.hypotheses, references, ev.lowercase)
+        scores[split]["by_length"] = by_length([p[0] for p in pairs], translation.hypotheses, references,
+                                               ev.length_buckets, ev.lowercase)  # fmt: skip
         decode_seconds += translation.seconds
         decoded += len(pairs)
     return {"scores": scores, "decode_sentences_per_s": round(decoded / decode_seconds, 1)}
@@ -195,11 +220,18 @@ class Log:
 
     def __init__(self, directory: Path | None, tensorboard: str | None, resumed: int | None, every_s: float = 30.0):
         self.directory, self.every_s, self.last = directory, every_s, time.monotonic()
+        self.last_diagnosed: int | None = None  # the step of the last diagnostics record written
         self.writer = None
         if tensorboard is not None:
             from torch.utils.tensorboard import SummaryWriter  # needs the tensorboard extra; checked by the CLI
 
             self.writer = SummaryWriter(tensorboard, purge_step=None if resumed is None else resumed + 1)
+
+    def diagnostics(self, record: dict[str, Any]) -> None:
+        """Appends a diagnostics record (ablate.diagnostics) to diagnostics.jsonl."""
+        self.last_diagnosed = record["step"]
+        if self.directory is not None:
+            append_metrics(self.directory, record, DIAGNOSTICS)
 
     def write(self, record: dict[str, Any]) -> None:
         if self.directory is None:

@@ -4,6 +4,8 @@ results/<experiment>/runs/<run>/seed-<n>/
     job.json          the job record the runner hands a worker (ablate.job): resolved spec, config hash, device
     config.yaml       the resolved spec, for people
     metrics.jsonl     one JSON object a line: training steps, validations, phases (read with `read_metrics`)
+    diagnostics.jsonl one JSON object a measurement: gradient norms, attention entropy and logits, norms
+                      (ablate.diagnostics measures them; read with `read_diagnostics`)
     result.json       everything measured, written last (read with `read_result`)
     hypotheses/       <split>.txt, one detokenised translation a line
     checkpoints/      last.pt and last.json (its step and config hash), step-<n>.pt (see ablate.checkpoints)
@@ -35,6 +37,7 @@ from typing import Any
 from ablate.results import read_json, write_text
 
 JOB, CONFIG, METRICS, RESULT = "job.json", "config.yaml", "metrics.jsonl", "result.json"
+DIAGNOSTICS = "diagnostics.jsonl"
 HYPOTHESES, CHECKPOINTS, LOG, LOCK = "hypotheses", "checkpoints", "worker.log", ".lock"
 CHECKPOINT, CHECKPOINT_INFO = f"{CHECKPOINTS}/last.pt", f"{CHECKPOINTS}/last.json"
 STALE = ".stale-"  # seed-<n>.stale-<hash>: an earlier result set aside when the spec changed
@@ -70,14 +73,16 @@ class Exit(IntEnum):
 
 
 # Keys that change neither the trained model nor its scores, left out of the config hash (the resume
-# test shows that saving checkpoints does not change training). With checkpoint averaging on, the
+# test shows that saving checkpoints does not change training, and the diagnostics test that measuring
+# diagnostics does not). With checkpoint averaging on, the
 # checkpoints are what gets averaged, so their interval counts.
-BOOKKEEPING = {("training", "checkpoint_every"), ("training", "peak_tflops")}
+BOOKKEEPING = {("training", "checkpoint_every"), ("training", "peak_tflops"), ("training", "diagnostics_every")}
 
 # Keys added after results were committed, left out of the hash at their default so that earlier
 # hashes hold: a run that does not use them is the run it was.
 ADDED = {("evaluation", "average_checkpoints"): 1, ("training", "max_target_tokens"): None,
-         ("training", "max_flops"): None, ("training", "max_seconds"): None}  # fmt: skip
+         ("training", "max_flops"): None, ("training", "max_seconds"): None, ("data", "max_train_length"): None,
+         ("evaluation", "length_buckets"): [10, 20, 30], ("model", "projection"): "full"}  # fmt: skip
 
 
 def config_hash(spec: dict[str, Any]) -> str:
@@ -160,23 +165,34 @@ class MetricsTail:
         return parse_metrics(chunk[:end].decode("utf-8", errors="replace"))
 
 
-def append_metrics(directory: Path, record: dict[str, Any]) -> None:
-    with (directory / METRICS).open("a", encoding="utf-8") as f:
+def read_diagnostics(directory: Path) -> list[dict[str, Any]]:
+    """Every record of diagnostics.jsonl, by step: {"step", "seconds", "grad_norm": {sublayer: norm},
+    "attention_entropy": {attention: [per head]}, "max_logit": {attention: logit},
+    "residual_norm": {layer: norm}, "logits_norm": norm} (ablate.diagnostics says what each is)."""
+    with contextlib.suppress(OSError):
+        return parse_metrics((directory / DIAGNOSTICS).read_text(encoding="utf-8"))
+    return []
+
+
+def append_metrics(directory: Path, record: dict[str, Any], name: str = METRICS) -> None:
+    """Appends one record to metrics.jsonl (or, with `name`, to diagnostics.jsonl)."""
+    with (directory / name).open("a", encoding="utf-8") as f:
         f.write(json.dumps(record) + "\n")
 
 
 def truncate_metrics(directory: Path, step: int) -> None:
-    """Keeps the log up to a checkpoint: what came after it will be logged again by the resumed run."""
-    path = directory / METRICS
-    if not path.is_file():
-        return
-    kept = []
-    for line in path.read_text(encoding="utf-8").splitlines():
-        with contextlib.suppress(ValueError):
-            record = json.loads(line)
-            if record.get("step", 0) <= step and "phase" not in record:
-                kept.append(line)
-    write_text(path, "".join(f"{line}\n" for line in kept))
+    """Keeps the logs up to a checkpoint: what came after it will be logged again by the resumed run."""
+    for name in (METRICS, DIAGNOSTICS):
+        path = directory / name
+        if not path.is_file():
+            continue
+        kept = []
+        for line in path.read_text(encoding="utf-8").splitlines():
+            with contextlib.suppress(ValueError):
+                record = json.loads(line)
+                if record.get("step", 0) <= step and "phase" not in record:
+                    kept.append(line)
+        write_text(path, "".join(f"{line}\n" for line in kept))
 
 
 def hypotheses_path(directory: Path, split: str) -> Path:
@@ -226,7 +242,7 @@ def finished_jobs(results: Path) -> dict[str, Path]:
 
 
 def reuse(source: Path, target: Path, record: dict[str, Any], results: Path) -> dict[str, Any]:
-    """Copies a finished job's result, hypotheses and metrics into `target`, relabelled with `record` (job.py's).
+    """Copies a finished job's result, hypotheses, metrics and diagnostics into `target`, relabelled with `record`.
 
     `target` holds its own job.json and config.yaml already; result.json is written last, so a copy
     cut short is not taken for a result.
@@ -234,8 +250,9 @@ def reuse(source: Path, target: Path, record: dict[str, Any], results: Path) -> 
     for name in (HYPOTHESES,):
         if (source / name).is_dir():
             shutil.copytree(source / name, target / name, dirs_exist_ok=True)
-    if (source / METRICS).is_file():
-        shutil.copyfile(source / METRICS, target / METRICS)
+    for name in (METRICS, DIAGNOSTICS):
+        if (source / name).is_file():
+            shutil.copyfile(source / name, target / name)
     result = read_json(source / RESULT)
     where = str(source.relative_to(results)) if source.is_relative_to(results) else str(source)
     result |= record | {"reused_from": where, "note": f"reused: the same spec and seed trained as {where}"}

@@ -88,6 +88,9 @@ class Totals:
     flops: float = 0.0  # training FLOPs, forward and backward (ablate.flops), every rank's shards
 
 
+VALIDATIONS = 10  # without validate_every, a run validates at each tenth of its budget: curves of 11 points
+
+
 class Trainer:
     """Runs optimizer steps over token-based batches, a fixed order per (seed, epoch).
 
@@ -114,6 +117,7 @@ class Trainer:
         self.totals = Totals()
         self.flop_model: FlopModel | None = None  # set to count FLOPs (needed by a max_flops budget)
         self._since: float | None = None  # when fit last started counting train_seconds
+        self._tenths = 0  # tenths of the budget validated at (see _validation_due)
 
     def updates(self, examples: Sequence[Example], epoch: int) -> list[list[list[int]]]:
         """The epoch's batches, grouped into optimizer updates of about `batch_tokens` target tokens."""
@@ -192,6 +196,7 @@ class Trainer:
             raise ValueError("a max_flops budget needs the trainer's flop_model")
         self.model.train()
         self._since = time.perf_counter()
+        self._tenths = math.floor(self.progress() * VALIDATIONS)  # validations passed, without validate_every
         first = True
         updates = self.updates(examples, self.epoch)
         while not self.done():
@@ -227,7 +232,7 @@ class Trainer:
                 self._count_time()
                 return Outcome(Status.DIVERGED, self.step, epochs, f"training loss {loss:.4g} at step {self.step}")
             last = self.done()
-            if on_validate and spec.validate_every and self.step % spec.validate_every == 0 and not last:
+            if on_validate and self._validation_due() and not last:
                 on_validate(self.step)
                 self.model.train()
             stop = should_stop is not None and any_rank(should_stop(), self.device)
@@ -239,6 +244,18 @@ class Trainer:
         self._count_time()
         epochs = self.epoch + (self.position / len(updates) if updates else 0.0)
         return Outcome(Status.COMPLETED, self.step, float(epochs))
+
+    def _validation_due(self) -> bool:
+        """Every `validate_every` steps; without it, each time the run passes another tenth of its budget."""
+        if self.spec.validate_every:
+            return self.step % self.spec.validate_every == 0
+        tenths = math.floor(self.progress() * VALIDATIONS)
+        due = tenths > self._tenths
+        if self.spec.max_seconds is not None and self.world > 1:  # ranks' clocks differ: validate together
+            due = any_rank(due, self.device)
+        if due:
+            self._tenths = max(tenths, self._tenths + 1)  # a rank whose clock lags does not validate twice
+        return due
 
     def _count_time(self) -> None:
         """Adds the wall time since fit started (or since the last count) to train_seconds."""

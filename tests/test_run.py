@@ -31,6 +31,18 @@ def test_smoke_writes_every_file_and_column(tmp_path):
         log = [json.loads(line) for line in (seed / "metrics.jsonl").read_text().splitlines()]
         assert [r["step"] for r in log if "loss" in r] == list(range(1, 151))
         assert any("valid_bleu" in r for r in log)
+        assert [r["step"] for r in log if "valid_loss" in r] == [0, 75, 150]  # initialisation, validate_every, end
+        diagnostics = [json.loads(line) for line in (seed / "diagnostics.jsonl").read_text().splitlines()]
+        assert [r["step"] for r in diagnostics] == [0, 75, 150]  # at initialisation and at each validation
+        for record in diagnostics:
+            assert next(iter(record["grad_norm"])) == "embeddings" and "decoder.0.cross_attn" in record["grad_norm"]
+            assert all(len(heads) == 2 for heads in record["attention_entropy"].values())  # smoke has 2 heads
+            assert math.isfinite(record["logits_norm"]) and set(record["residual_norm"]) == {"encoder.0", "decoder.0"}
+        assert 0 < data["diagnostics_seconds"] < data["train_seconds"]
+        buckets = score["by_length"]
+        assert list(buckets) == ["1-10", "11-20", "21-30", "31+"]
+        assert [b["sentences"] for b in buckets.values()] == [412, 551, 35, 2]  # test_2016_flickr's English words
+        assert all(math.isfinite(b["bleu"]) and math.isfinite(b["chrf"]) for b in buckets.values())
     with open(root / "summary.csv") as f:
         rows = list(csv.DictReader(f))
     assert list(rows[0]) == COLUMNS

@@ -26,7 +26,9 @@ def examples(n, seed=0):
 def trainer(**training):
     torch.manual_seed(0)
     model = build_model(tiny_spec(), V, V)
-    spec = TrainingSpec.model_validate({"schedule": {"name": "constant", "lr": 1e-3}, "max_steps": 10} | training)
+    spec = TrainingSpec.model_validate(
+        {"schedule": {"name": "constant", "lr": 1e-3}, "max_steps": 10, "precision": "fp32"} | training
+    )  # fp32: these are exact checks of the loop; auto is bf16 on a CPU that computes it natively
     return Trainer(model, spec, 32, torch.device("cpu"))
 
 
@@ -72,3 +74,13 @@ def test_schedule_sets_the_learning_rate_each_step():
     seen = []
     t.fit(examples(100), on_step=lambda p: seen.append(p.lr))
     assert seen[:5] == [32**-0.5 * min(s**-0.5, s * 4**-1.5) for s in range(1, 6)]
+
+
+def test_without_validate_every_a_run_validates_at_each_tenth_of_its_budget():
+    steps = []
+    trainer(max_steps=30, max_tokens=80).fit(examples(300), on_validate=steps.append)
+    assert steps == [3, 6, 9, 12, 15, 18, 21, 24, 27]  # and the pipeline validates the end, 30
+
+    steps = []
+    trainer(max_steps=None, max_target_tokens=2000, max_tokens=80).fit(examples(300), on_validate=steps.append)
+    assert len(steps) == 9 and steps == sorted(set(steps))  # tenths of the tokens: one validation each

@@ -30,6 +30,11 @@ class DataSpec(Section):
     data_dir: str | None = Field(None, description="where corpus files are; default $ABLATE_DATA_DIR or the cache")
     max_pairs: PositiveInt | None = Field(None, description="use only the first N pairs of every split (for tests)")
     max_len: PositiveInt = Field(128, description="training pairs longer than this many tokens are left out")
+    max_train_length: PositiveInt | None = Field(
+        None,
+        description="train only on pairs whose source has at most this many words (whitespace-separated), "
+        "to see how positions extrapolate to the longer test sentences; the vocabulary is still learned from all",
+    )
 
     @model_validator(mode="after")
     def _direction(self) -> DataSpec:
@@ -46,7 +51,7 @@ class Dataset:
     valid_pairs: list[tuple[str, str]]
     valid: list[Example]
     tests: dict[str, list[tuple[str, str]]]
-    dropped: int  # training pairs left out for being longer than max_len
+    dropped: int  # training pairs left out for being longer than max_len or max_train_length
 
 
 def load_dataset(data: DataSpec, tokenizer: TokenizerSpec) -> Dataset:
@@ -68,9 +73,12 @@ def _load(data_json: str, tokenizer_json: str) -> Dataset:
     content = corpus.fingerprint(data.train, [data.source, data.target])
     corpus_key = json.dumps([data.corpus.name, content, data.source, data.target, data.train, data.max_pairs])
     src_vocab, tgt_vocab = vocabularies(train_pairs, tokenizer, corpus_key)
+    total = len(train_pairs)
+    if data.max_train_length is not None:
+        train_pairs = [(s, t) for s, t in train_pairs if len(s.split()) <= data.max_train_length]
     encoded = encode_pairs(train_pairs, src_vocab, tgt_vocab)
     train = [e for e in encoded if max(len(e[0]), len(e[1]) - 1) <= data.max_len]
     valid_pairs = read(data.valid)
     tests = {split: read(split) for split in data.test}
     return Dataset(src_vocab, tgt_vocab, train, valid_pairs, encode_pairs(valid_pairs, src_vocab, tgt_vocab), tests,
-                   len(encoded) - len(train))  # fmt: skip
+                   total - len(train))  # fmt: skip
