@@ -76,7 +76,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     report.add_argument("--output", type=Path, metavar="FILE", help="write the table in --format to FILE")
     report.add_argument("--sort", metavar="COLUMN", help="sort rows on a column (scores best first)")
     report.add_argument("--reverse", action="store_true", help="reverse the --sort order")
-    report.add_argument("--columns", metavar="A,B,...", help="only these columns (run always first)")
+    report.add_argument("--columns", metavar="A,B,...",
+                        help="only these columns (run always first), and any of the optional ones: grad norm init, "
+                        "entropy end, max logit end, logits norm end, BLEU <length bucket>")  # fmt: skip
     report.add_argument("--significance", choices=["bs", "ar", "none"], default="bs",
                         help="paired test of each BLEU against the baseline: bootstrap (default), "
                         "approximate randomisation, none")  # fmt: skip
@@ -84,7 +86,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="in a learning-rate sweep: every run at every rate (all, default), or each run at "
                         "its own best rate (best-lr)")  # fmt: skip
     report.add_argument("--no-files", action="store_true",
-                        help="do not write <experiment>/report/ (tables in every format, cards, plots)")  # fmt: skip
+                        help="do not write <experiment>/report/ (tables, cards, plots, index.html)")  # fmt: skip
     report.set_defaults(handler=cmd_report)
 
     check = commands.add_parser("check", help="re-run reference baselines and compare with results/reference/")
@@ -272,6 +274,7 @@ def print_plan(out: Console, experiment, options) -> None:
 
 def cmd_report(args: argparse.Namespace) -> int:
     from ablate import plots
+    from ablate.breakdown import optional_frame
     from ablate.report import find_experiments, load_results, report_frame, select, write_report
     from ablate.results import write_text
     from ablate.sensitivity import at_best_lr, sensitivity_frame, swept
@@ -289,7 +292,8 @@ def cmd_report(args: argparse.Namespace) -> int:
                                 "ablate run --lr-sweep)")  # fmt: skip
             exp = at_best_lr(exp)
         frame, notes = report_frame(exp, args.significance)
-        frame = select(frame, columns, args.sort, args.reverse)
+        optional = optional_frame(exp) if columns or args.sort else None  # it reads every diagnostics.jsonl
+        frame = select(frame, columns, args.sort, args.reverse, optional)
         title = f"{exp.name} ({directory})" + (", each run at its best learning rate" if args.at == "best-lr" else "")
         if args.format == "terminal":
             print_table(out, title, frame, notes)
@@ -302,7 +306,8 @@ def cmd_report(args: argparse.Namespace) -> int:
         if not args.no_files:
             written += write_report(load_results(directory) if args.at == "best-lr" else exp, frame, title, notes)
             if not plots.available():
-                out.print("plots: not drawn, matplotlib is not installed (pip install 'ablate[plot]')", highlight=False)
+                out.print("plots: not drawn, matplotlib (a dependency of ablate) is missing: pip install "
+                          "'matplotlib>=3.7'", highlight=False)  # fmt: skip
     if args.format == "csv":  # the header once
         chunks = chunks[:1] + ["".join(c.splitlines(keepends=True)[1:]) for c in chunks[1:]]
     if args.output is not None:

@@ -1,9 +1,10 @@
 """`ablate report RESULTS_DIR`: comparison tables rebuilt from run directories alone, no re-training.
 
-Reads result.json, config.yaml, metrics.jsonl and hypotheses/ of every job under
+Reads result.json, config.yaml, metrics.jsonl, diagnostics.jsonl and hypotheses/ of every job under
 RESULTS_DIR/<experiment>/runs/<run>/seed-<n>/ (through ablate.rundir), and never the model: torch is
-not imported. tables.py renders the table (terminal, md, csv, latex, html); run cards list where each
-run departs from the paper's base model; plots.py draws the curves and the BLEU chart.
+not imported. tables.py renders the tables (terminal, md, csv, latex, html); run cards list where each
+run departs from the paper's base model; plots.py draws the curves, BLEU and the diagnostics; page.py
+puts all of it on one page, index.html.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import yaml
 from ablate.errors import UserError, did_you_mean
 from ablate.paper import paper_differences
 from ablate.results import read_json, write_text
-from ablate.rundir import CONFIG, RESULT, Status, read_hypotheses, read_metrics, seed_dirs
+from ablate.rundir import CONFIG, RESULT, Status, read_diagnostics, read_hypotheses, read_metrics, seed_dirs
 from ablate.significance import Interval
 
 COLUMNS = ["run", "differs", "params", "BLEU", "BLEU std", "n", "ΔBLEU", "ΔBLEU lo", "ΔBLEU hi", "CI over", "p",
@@ -51,6 +52,9 @@ class JobRecord:
 
     def metrics(self) -> list[dict[str, Any]]:
         return read_metrics(self.directory)
+
+    def diagnostics(self) -> list[dict[str, Any]]:
+        return read_diagnostics(self.directory)
 
 
 @dataclass
@@ -196,7 +200,7 @@ def compare(exp: ExperimentResults, split: str, test: str) -> Comparison:
     return out
 
 
-def _mean(values: list[float], digits: int = 2) -> float | None:
+def mean_of(values: list[float], digits: int = 2) -> float | None:
     return round(statistics.fmean(values), digits) if values else None
 
 
@@ -212,15 +216,15 @@ def report_frame(exp: ExperimentResults, test: str = "bs") -> tuple[pd.DataFrame
     def speed(jobs: list[JobRecord]) -> float | None:
         rates = [j.result["train_src_tokens_per_s"] + j.result["train_tgt_tokens_per_s"] for j in jobs
                  if "train_src_tokens_per_s" in j.result]  # fmt: skip
-        return _mean(rates, 0)
+        return mean_of(rates, 0)
 
     rows = []
     for run, jobs in exp.runs.items():
         reference = exp.runs.get(exp.reference(run), [])
-        base_bleu, base_speed = _mean(bleu_of(reference)), speed(reference)
+        base_bleu, base_speed = mean_of(bleu_of(reference)), speed(reference)
         ok = [j for j in jobs if j.ok]
         bleu = bleu_of(jobs)
-        mean = _mean(bleu)
+        mean = mean_of(bleu)
         rate = speed(jobs)
         decode = [j.result["decode_sentences_per_s"] for j in ok if "decode_sentences_per_s" in j.result]
         rows.append({
@@ -231,19 +235,20 @@ def report_frame(exp: ExperimentResults, test: str = "bs") -> tuple[pd.DataFrame
             "ΔBLEU lo": _rounded(comparison.intervals.get(run), "low"),
             "ΔBLEU hi": _rounded(comparison.intervals.get(run), "high"),
             "CI over": _covers(comparison.intervals.get(run)), "p": comparison.p.get(run),
-            "chrF": _mean([j.result["scores"][split]["chrf"] for j in ok if split in j.result.get("scores", {})]),
-            "valid loss": _mean([j.result["valid_loss"] for j in ok if "valid_loss" in j.result], 3),
-            "valid ppl": _mean([j.result["valid_ppl"] for j in ok if "valid_ppl" in j.result]),
+            "chrF": mean_of([j.result["scores"][split]["chrf"] for j in ok if split in j.result.get("scores", {})]),
+            "valid loss": mean_of([j.result["valid_loss"] for j in ok if "valid_loss" in j.result], 3),
+            "valid ppl": mean_of([j.result["valid_ppl"] for j in ok if "valid_ppl" in j.result]),
             "train tok/s": rate, "tok/s vs baseline": round(rate / base_speed, 2) if rate and base_speed else None,
-            "decode sent/s": _mean(decode, 1),
-            "GFLOP/tgt tok": _significant([j.result.get("gflop_per_target_token") for j in jobs]),
-            "train PFLOP": _significant([j.result["train_flops"] / 1e15 for j in jobs if "train_flops" in j.result]),
-            "TFLOP/s": _significant([j.result.get("train_tflops_per_s") for j in jobs]),
-            "MFU": _significant([j.result.get("mfu") for j in jobs]),
+            "decode sent/s": mean_of(decode, 1),
+            "GFLOP/tgt tok": significant_mean([j.result.get("gflop_per_target_token") for j in jobs]),
+            "train PFLOP": significant_mean([j.result["train_flops"] / 1e15 for j in jobs
+                                             if "train_flops" in j.result]),
+            "TFLOP/s": significant_mean([j.result.get("train_tflops_per_s") for j in jobs]),
+            "MFU": significant_mean([j.result.get("mfu") for j in jobs]),
             "budget": ", ".join(dict.fromkeys(_budget(j.result["budget"]) for j in jobs if j.result.get("budget")))
             or None,
-            "peak MiB": _mean([j.result["peak_memory_mib"] for j in jobs if "peak_memory_mib" in j.result], 1),
-            "wall s": _mean([j.result["wall_seconds"] for j in jobs if "wall_seconds" in j.result], 1),
+            "peak MiB": mean_of([j.result["peak_memory_mib"] for j in jobs if "peak_memory_mib" in j.result], 1),
+            "wall s": mean_of([j.result["wall_seconds"] for j in jobs if "wall_seconds" in j.result], 1),
             "device": ", ".join(dict.fromkeys(j.result["device"] for j in jobs if "device" in j.result)) or None,
             "GPUs": max((j.result.get("gpus", 0) for j in jobs), default=0),
             "GPU ids": " / ".join(",".join(map(str, j.result["gpu_ids"])) for j in jobs if j.result.get("gpu_ids"))
@@ -268,7 +273,7 @@ def report_frame(exp: ExperimentResults, test: str = "bs") -> tuple[pd.DataFrame
     return frame, notes
 
 
-def _significant(values: list[float | None], digits: int = 3) -> float | None:
+def significant_mean(values: list[float | None], digits: int = 3) -> float | None:
     """The mean to `digits` significant figures: FLOP figures span many orders of magnitude."""
     present = [v for v in values if v is not None]
     return float(f"{statistics.fmean(present):.{digits}g}") if present else None
@@ -328,14 +333,21 @@ def _signature(exp: ExperimentResults, split: str) -> str:
     return "?"
 
 
-def select(frame: pd.DataFrame, columns: list[str] | None, sort: str | None, reverse: bool) -> pd.DataFrame:
-    """Chosen columns (run first), sorted on one; scores sort best first."""
-    for name in [*(columns or []), *([sort] if sort else [])]:
-        if name not in frame.columns:
-            raise UserError(f"--columns/--sort: no column '{name}'{did_you_mean(name, frame.columns)} "
-                            f"(columns: {', '.join(frame.columns)})")  # fmt: skip
+def select(frame: pd.DataFrame, columns: list[str] | None, sort: str | None, reverse: bool,
+           optional: pd.DataFrame | None = None) -> pd.DataFrame:  # fmt: skip
+    """Chosen columns (run first), sorted on one; scores sort best first. `optional`'s columns join when named."""
+    named = [*(columns or []), *([sort] if sort else [])]
+    extra = [c for c in (optional.columns if optional is not None else []) if c != "run" and c not in frame.columns]
+    for name in named:
+        if name not in frame.columns and name not in extra:
+            known = [*frame.columns, *extra]
+            raise UserError(f"--columns/--sort: no column '{name}'{did_you_mean(name, known)} "
+                            f"(columns: {', '.join(known)})")  # fmt: skip
+    for name in dict.fromkeys(c for c in named if c in extra):
+        values = dict(zip(optional["run"], optional[name], strict=True))
+        frame = frame.assign(**{name: pd.Series([values.get(r) for r in frame["run"]], frame.index, dtype=object)})
     if sort:
-        descending = (sort in HIGHER_IS_BETTER) != reverse
+        descending = (sort in HIGHER_IS_BETTER or (sort.startswith("BLEU ") and sort != "BLEU std")) != reverse
         records = frame.to_dict("records")
         present = sorted((r for r in records if r[sort] is not None), key=lambda r: r[sort], reverse=descending)
         missing = [r for r in records if r[sort] is None]  # diverged, failed: last either way
@@ -359,20 +371,33 @@ def cards(exp: ExperimentResults) -> str:
 
 
 def write_report(exp: ExperimentResults, frame: pd.DataFrame, title: str, notes: list[str]) -> list[Path]:
-    """<experiment>/report/: the table in every file format, the run cards and, with matplotlib, the plots."""
+    """<experiment>/report/: the table in every file format, the run cards, the plots and, last, index.html."""
     from ablate import plots
+    from ablate.breakdown import length_frame
+    from ablate.page import page
     from ablate.sensitivity import sensitivity_frame, swept
     from ablate.tables import FILES, render
 
     folder = exp.directory / "report"
     files = {name: render(fmt, frame, title, notes) for fmt, name in FILES.items()} | {"cards.md": cards(exp)}
+    tables = [("Comparison", frame, notes)]  # what the page shows: a heading, a table, its notes
     if swept(exp):  # the learning-rate table beside the main one: lr.md, lr.csv, ...
         lr_frame, lr_notes = sensitivity_frame(exp)
         files |= {f"lr.{name.split('.')[1]}": render(fmt, lr_frame, f"{exp.name}: learning-rate sensitivity",
                                                      lr_notes) for fmt, name in FILES.items()}  # fmt: skip
+        tables.append(("Learning-rate sensitivity", lr_frame, lr_notes))
+    lengths = length_frame(exp)
+    if lengths is not None:  # length.md and length.csv
+        length_table, length_notes = lengths
+        files |= {f"length.{fmt}": render(fmt, length_table, f"{exp.name}: BLEU by source length", length_notes)
+                  for fmt in ("md", "csv")}  # fmt: skip
+        tables.append(("BLEU by source length", length_table, length_notes))
     for name, content in files.items():
         write_text(folder / name, content)
     written = [folder / name for name in files]
     if plots.available():
         written += plots.write_plots(exp, folder)
-    return written
+    svgs = [p for p in written if p.suffix == ".svg"]
+    absent = "nothing to plot" if plots.available() else "matplotlib is not installed"
+    write_text(folder / "index.html", page(title, tables, files["cards.md"], svgs, absent))
+    return [*written, folder / "index.html"]

@@ -15,6 +15,7 @@ TEXT_COLUMNS = {"run", "differs", "device", "precision", "status", "note", "GPU 
                 "diverged at"}  # fmt: skip  # left-aligned; the rest numbers
 FILES = {"md": "table.md", "csv": "table.csv", "latex": "table.tex", "html": "table.html"}  # format -> report/ file
 FORMATS = ("terminal", *FILES)  # what `ablate report --format` takes
+TWO_DECIMALS = {"BLEU", "BLEU std", "chrF", "valid ppl", "max logit end", "logits norm end"}
 
 
 def cell(column: str, value: Any, row: dict[str, Any]) -> str:
@@ -35,9 +36,9 @@ def cell(column: str, value: Any, row: dict[str, Any]) -> str:
         return f"{value:.2f}×"
     if column == "MFU":
         return f"{100 * value:.1f}%"
-    if isinstance(value, float) and column in ("BLEU", "BLEU std", "chrF", "valid ppl"):
+    if isinstance(value, float) and (column in TWO_DECIMALS or column.startswith("BLEU ")):  # `BLEU 31+`
         return f"{value:.2f}"
-    if isinstance(value, float) and column == "valid loss":
+    if isinstance(value, float) and column in ("valid loss", "entropy end"):
         return f"{value:.3f}"
     if isinstance(value, int | float) and not isinstance(value, bool) and column in ("params", "train tok/s"):
         return f"{value:,.0f}"

@@ -122,8 +122,12 @@ def test_terminal_output_and_files_next_to_the_tables(results):
     folder = results / "report"
     for name in ["table.md", "table.csv", "table.tex", "table.html", "cards.md"]:
         assert (folder / name).is_file(), name
-    for name in ["curves.png", "curves.svg", "bleu.png", "bleu.svg"]:  # matplotlib is in the test extra
-        assert (folder / name).stat().st_size > 1000, name
+    plots = ["curves", "bleu", "length", "gradnorm", "entropy", "max_logit", "norms"]  # from a real run's files
+    for name in [f"{plot}.{suffix}" for plot in plots for suffix in ("png", "svg")] + ["length.md", "index.html"]:
+        assert (folder / name).stat().st_size > 1000, name  # matplotlib is a dependency
+    page = (folder / "index.html").read_text()
+    assert page.count("<svg") == len(plots) and all(f'<figure id="{plot}">' in page for plot in plots)
+    assert all(f"<td>{run}</td>" in page for run in ("baseline", "pre_ln", "explodes"))
 
 
 def test_columns_and_sort(results):
