@@ -24,7 +24,9 @@ def by_length(jobs: list[JobRecord], split: str | None) -> dict[str, list[float]
     for job in jobs:
         if job.ok:
             for bucket, score in job.result.get("scores", {}).get(split, {}).get("by_length", {}).items():
-                out.setdefault(bucket, []).append(score["bleu"])
+                scores = out.setdefault(bucket, [])
+                if score.get("bleu") is not None:  # an empty bucket has no score
+                    scores.append(score["bleu"])
     return out
 
 

@@ -206,6 +206,10 @@ def cmd_run(args: argparse.Namespace) -> int:
             print_plan(out, experiment, options)
         return 0
     signal.signal(signal.SIGTERM, _stop_like_ctrl_c)
+    # Ctrl-C raises KeyboardInterrupt whatever SIGINT's disposition was inherited: a process started in the
+    # background of a non-interactive shell (`nohup ablate run ... &`, or a test harness that did) inherits it
+    # ignored, and Python then leaves it ignored, so `kill -INT` would not reach the workers.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     failed = []
     for experiment in experiments:
         try:

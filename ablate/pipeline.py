@@ -169,7 +169,7 @@ def initial_loss(model, valid_batches: list, spec, device: torch.device, directo
         return next((r["valid_loss"] for r in read_metrics(directory) if r.get("step") == 0 and "valid_loss" in r),
                     None)  # fmt: skip
     loss = validation_loss(model, valid_batches, device, autocast(device, spec.training.precision))
-    log.write({"step": 0, "valid_loss": round(loss, 4), "valid_ppl": round(math.exp(loss), 2), "wall_s": 0.0})
+    log.write({"step": 0, "valid_loss": round(loss, 4), "valid_ppl": perplexity(loss), "wall_s": 0.0})
     return round(loss, 4)
 
 
@@ -261,7 +261,7 @@ class Log:
 def validate(model, data: Dataset, valid_batches: list, spec, device: torch.device, step: int) -> dict[str, Any]:
     """Validation loss and perplexity on the whole split; greedy BLEU on its first `valid_bleu_pairs`."""
     loss = validation_loss(model, valid_batches, device, autocast(device, spec.training.precision))
-    record: dict[str, Any] = {"step": step, "valid_loss": round(loss, 4), "valid_ppl": round(math.exp(loss), 2)}
+    record: dict[str, Any] = {"step": step, "valid_loss": round(loss, 4), "valid_ppl": perplexity(loss)}
     n = min(spec.training.valid_bleu_pairs, len(data.valid_pairs))
     amp = autocast(device, spec.training.precision)
     if n:
@@ -271,6 +271,11 @@ def validate(model, data: Dataset, valid_batches: list, spec, device: torch.devi
                          device=device, autocast=amp).hypotheses  # fmt: skip
         record["valid_bleu"] = score(hyps, [p[1] for p in pairs], spec.evaluation.lowercase)["bleu"]
     return record
+
+
+def perplexity(loss: float) -> float:
+    """exp(loss) to 2 decimals; infinite past exp's range, NaN for NaN (a diverging run's validation)."""
+    return math.inf if loss > 700 else round(math.exp(loss), 2)
 
 
 def device_name(device: torch.device) -> str:

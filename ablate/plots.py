@@ -239,7 +239,8 @@ def lengths(exp: ExperimentResults, colors: dict[str, str], directory: Path) -> 
                   if j.ok and "by_length" in j.result["scores"].get(split, {})), {})  # fmt: skip
     fig, ax = plt.subplots(figsize=(max(5.0, 1.2 * len(labels) + 2), 4.5))
     for run, buckets in scores.items():
-        xs, values = [labels.index(label) for label in buckets], list(buckets.values())
+        scored = {label: v for label, v in buckets.items() if v}  # an empty bucket has no BLEU: no point
+        xs, values = [labels.index(label) for label in scored], list(scored.values())
         ax.plot(xs, [statistics.fmean(v) for v in values], marker="o", markersize=3, color=colors[run], label=run)
         if any(len(v) > 1 for v in values):
             ax.fill_between(xs, list(map(min, values)), list(map(max, values)), color=colors[run], alpha=0.2,

@@ -188,3 +188,22 @@ def test_without_matplotlib_the_page_still_has_the_tables_and_cards(tmp_path):
     assert page.svgs == 0 and "No plots: matplotlib is not installed." in text
     assert sorted(row[0] for row in page.tables[0][1:]) == sorted(RUNS)
     assert "baseline" in page.headings and "pre_ln (model.norm_placement)" in page.headings
+
+
+def test_an_empty_length_bucket_has_no_score_and_the_rest_keep_theirs(tmp_path):
+    """A bucket no test sentence falls in (by_length's `bleu: None`) is a dash, not a failure of the report."""
+    from ablate.breakdown import length_frame
+    from ablate.report import load_results
+
+    experiment = synthetic_results(tmp_path)
+    for path in experiment.glob("runs/*/seed-*/result.json"):
+        result = json.loads(path.read_text())
+        buckets = result["scores"][SPLIT].get("by_length")
+        if buckets:
+            buckets["31+"] = {"sentences": 0, "bleu": None, "chrf": None}
+            path.write_text(json.dumps(result))
+    frame, _ = length_frame(load_results(experiment))
+    rows = {r["run"]: r for r in frame.to_dict("records")}
+    assert rows["baseline"]["BLEU 31+"] is None and rows["baseline"]["BLEU 1-10"] is not None
+    report(experiment)  # exits 0
+    assert "BLEU 31+" in (experiment / "report" / "length.md").read_text()
