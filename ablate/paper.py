@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from ablate.rundir import ADDED
+
 # dotted key -> (the paper's value, where the paper says so)
 PAPER_BASE: dict[str, tuple[Any, str]] = {
     "model.d_model": (512, "Table 3, base"),
@@ -64,6 +66,8 @@ def paper_differences(config: dict[str, Any]) -> list[tuple[str, str, str, str]]
     out = []
     for key, (paper, where) in PAPER_BASE.items():
         value = value_at(config, key)
+        if value is None and tuple(key.split(".")) in ADDED:  # a run made before the key existed had its default
+            value = ADDED[tuple(key.split("."))]
         if show(value) != show(paper):
             out.append((key, show(paper), show(value), where))
     return out

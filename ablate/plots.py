@@ -18,7 +18,7 @@ from ablate.breakdown import by_length
 from ablate.report import ExperimentResults, JobRecord
 
 SMOOTHING = 50  # the training loss is averaged (EMA) over 1/SMOOTHING of the run's steps
-MAX_POINTS = 2000  # raw points drawn a line: a long run's faint raw loss stays a small SVG
+MAX_POINTS = 500  # points drawn a line (about one a pixel of the PNG): long runs keep small SVGs
 
 FITTED = " The y axis fits the runs that did not diverge: a diverged run's blow-up leaves the panel."
 

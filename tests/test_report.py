@@ -200,6 +200,10 @@ def test_the_paper_base_is_what_the_spec_defaults_and_paper_recipe_say():
     assert paper_differences(config) == []
     for key in PAPER_BASE:
         assert value_at(config, key) is not None, key
+    del config["model"]["projection"]  # a run made before the projection slot: it had the default, `full`
+    assert paper_differences(config) == []
+    config["model"]["projection"] = "shared_per_head"
+    assert [d[:3] for d in paper_differences(config)] == [("model.projection", "full", "shared_per_head")]
 
 
 def test_delta_bleu_intervals_cover_seeds_and_sentences(results):
