@@ -53,8 +53,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     run.add_argument("--dry-run", action="store_true", help="print the planned runs and train nothing")
     run.add_argument("--device", choices=["auto", "cpu", "cuda"], default=None,
                      help="auto: every visible GPU, else the CPU (default: training.device of the spec)")  # fmt: skip
-    run.add_argument("--gpus-per-run", type=int, default=1, metavar="K",
-                     help="GPUs of one run, data-parallel (DDP) when K > 1 (default 1)")  # fmt: skip
+    run.add_argument("--gpus-per-run", type=int, default=None, metavar="K",
+                     help="GPUs of one run, data-parallel (DDP) when K > 1 (default 1; with Slurm, 0 for a CPU "
+                     "spec, else what the partition offers)")  # fmt: skip
     run.add_argument("--tensorboard", type=Path, default=None, metavar="DIR",
                      help="also log curves for TensorBoard under DIR/<experiment>/<run>/seed-<n>")  # fmt: skip
     run.add_argument("--launcher", choices=LAUNCHERS, default="local",
@@ -62,6 +63,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                      "submitit-local: submitit's local executor (the slurm path without a cluster)")  # fmt: skip
     run.add_argument("--partition", help="Slurm partition (default: slurm.partition of the experiment)")
     run.add_argument("--time-min", type=int, metavar="MIN", help="Slurm time limit of one run, in minutes")
+    run.add_argument("--cpus-per-run", type=int, metavar="N",
+                     help="Slurm CPUs of one run (default: what every node of the partition can give)")  # fmt: skip
     run.add_argument("--slurm", action="append", default=[], metavar="KEY=VALUE",
                      help="a further sbatch option (repeatable): --slurm account=nlp --slurm qos=high")  # fmt: skip
     run.add_argument("--no-wait", action="store_true",
@@ -193,11 +196,11 @@ def cmd_run(args: argparse.Namespace) -> int:
         _check_only(experiment, only)
     if args.tensorboard is not None and importlib.util.find_spec("tensorboard") is None:
         raise UserError("--tensorboard: needs the tensorboard package: pip install 'ablate[tensorboard]'")
-    slurm = {key: value for key, value in (("partition", args.partition), ("time_min", args.time_min)) if value}
+    flags = (("partition", args.partition), ("time_min", args.time_min), ("cpus_per_run", args.cpus_per_run),
+             ("gpus_per_run", args.gpus_per_run))  # fmt: skip
+    slurm = {key: value for key, value in flags if value is not None}
     if args.slurm:
         slurm["additional"] = {k.replace("-", "_"): v for k, v in parse_overrides(args.slurm, "--slurm").items()}
-    if args.gpus_per_run != 1:
-        slurm["gpus_per_run"] = args.gpus_per_run
     options = Options(args.results, args.seeds, only, args.fresh, args.device, args.gpus_per_run, args.tensorboard,
                       args.launcher, slurm, not args.no_wait)  # fmt: skip
     out = console()
@@ -210,13 +213,12 @@ def cmd_run(args: argparse.Namespace) -> int:
     # background of a non-interactive shell (`nohup ablate run ... &`, or a test harness that did) inherits it
     # ignored, and Python then leaves it ignored, so `kill -INT` would not reach the workers.
     signal.signal(signal.SIGINT, signal.default_int_handler)
-    failed = []
+    failed, interrupted = [], []
     for experiment in experiments:
         try:
             rows, frame, notes = sweep(experiment, options, out)
-        except Interrupted:
-            print(f"interrupted: checkpoints saved; to resume, run the same command again: ablate run "
-                  f"{' '.join(args.files)} ...", file=sys.stderr)  # fmt: skip
+        except Interrupted as stop:
+            print(f"{stop}: ablate run {' '.join(args.files)} ...", file=sys.stderr)
             return 130
         if not rows:
             continue  # a rank other than 0 under torchrun, or jobs left running on the cluster
@@ -224,9 +226,14 @@ def cmd_run(args: argparse.Namespace) -> int:
         out.print(f"written: {args.results / experiment.name / 'summary.md'} and summary.csv", highlight=False)
         failed += [f"{experiment.name}/{r['run']}/seed-{r['seed']}: {r.get('error', '')}"
                    for r in rows if r["status"] == Status.FAILED]  # fmt: skip
+        interrupted += [f"{experiment.name}/{r['run']}/seed-{r['seed']}" + (f": {r['error']}" if r.get("error") else "")
+                        for r in rows if r["status"] == Status.INTERRUPTED]  # fmt: skip
     if failed:
         print("failed runs:\n  " + "\n  ".join(failed), file=sys.stderr)
         return 1
+    if interrupted:  # stopped from outside (scancel): resumable, but not done
+        print("interrupted runs (the same command resumes them):\n  " + "\n  ".join(interrupted), file=sys.stderr)
+        return 130
     return 0
 
 
@@ -279,6 +286,7 @@ def print_plan(out: Console, experiment, options) -> None:
 def cmd_report(args: argparse.Namespace) -> int:
     from ablate import plots
     from ablate.breakdown import optional_frame
+    from ablate.literature import TITLE, literature_frame
     from ablate.report import find_experiments, load_results, report_frame, select, write_report
     from ablate.results import write_text
     from ablate.sensitivity import at_best_lr, sensitivity_frame, swept
@@ -297,18 +305,22 @@ def cmd_report(args: argparse.Namespace) -> int:
             exp = at_best_lr(exp)
         frame, notes = report_frame(exp, args.significance)
         optional = optional_frame(exp) if columns or args.sort else None  # it reads every diagnostics.jsonl
-        frame = select(frame, columns, args.sort, args.reverse, optional)
+        full, frame = frame, select(frame, columns, args.sort, args.reverse, optional)
+        against = literature_frame(exp, full)
         title = f"{exp.name} ({directory})" + (", each run at its best learning rate" if args.at == "best-lr" else "")
         if args.format == "terminal":
             print_table(out, title, frame, notes)
             if lr is not None:
                 print_table(out, f"{exp.name}: learning-rate sensitivity", *lr)
+            if against is not None:
+                print_table(out, f"{exp.name}: {TITLE}", *against)
         elif args.format == "csv":  # one table for every experiment, told apart by a column
             chunks.append(render("csv", frame.assign(experiment=exp.name)[["experiment", *frame.columns]], title, []))
         else:
             chunks.append(render(args.format, frame, title, notes))
         if not args.no_files:
-            written += write_report(load_results(directory) if args.at == "best-lr" else exp, frame, title, notes)
+            written += write_report(load_results(directory) if args.at == "best-lr" else exp, frame, title, notes,
+                                    full)  # fmt: skip
             if not plots.available():
                 out.print("plots: not drawn, matplotlib (a dependency of ablate) is missing: pip install "
                           "'matplotlib>=3.7'", highlight=False)  # fmt: skip

@@ -34,6 +34,7 @@ class Active:
     valid_bleu: float | None = None
     phase: str = ""
     task: TaskID | None = None
+    waiting: str | None = None  # queued, not yet running: the scheduler's reason (Slurm's squeue)
 
     def read(self) -> None:
         self.tail = self.tail or MetricsTail(self.job.directory)
@@ -52,6 +53,8 @@ class Active:
             self.phase = record["phase"]
 
     def info(self) -> str:
+        if self.waiting is not None:
+            return f"pending: {self.waiting}"
         parts = [f"loss {self.loss:.3f}" if self.loss is not None else "starting",
                  f"{self.tokens_per_s:,.0f} tok/s" if self.tokens_per_s else ""]  # fmt: skip
         if self.valid_bleu is not None:
@@ -103,20 +106,36 @@ class SweepView:
         self.console.print(text, highlight=False)
         self.console.file.flush()  # a log file sees each line when it happens, not when a buffer fills
 
+    def queued(self, job: Job, reason: str) -> None:
+        """A job the scheduler holds back, and why (said again whenever the reason changes)."""
+        active = self.active.get(job.label)
+        if active is None:
+            active = self.active[job.label] = Active(job, self.steps.get(job.label))
+            if self.progress is not None:
+                active.task = self.progress.add_task(f"  {job.label}", total=active.total, info="")
+        if active.waiting != reason:
+            active.waiting = reason
+            self.say(f"{job.label}: pending: {reason}")
+
     def started(self, job: Job, from_step: int = 0) -> None:
-        active = Active(job, self.steps.get(job.label), first_step=from_step)
-        self.active[job.label] = active
-        if self.total_steps is not None:  # a resumed job has only the rest of its steps to train
-            self.total_steps -= from_step
-        where = "cpu" if not job.gpus else f"{job.gpus} GPU(s)"
-        if self.progress is not None:
-            self.progress.update(self.overall, total=self.total_steps)
-            active.task = self.progress.add_task(f"  {job.label}", total=active.total, info="starting")
-        self.say(f"{job.label}: started on {where}{f' ({job.note})' if job.note else ''}")
+        active = self.active.get(job.label)
+        if active is None or active.waiting is not None:  # new, or queued until now
+            if active is None:
+                active = self.active[job.label] = Active(job, self.steps.get(job.label))
+            active.waiting, active.first_step, active.started = None, from_step, time.monotonic()
+            if self.total_steps is not None:  # a resumed job has only the rest of its steps to train
+                self.total_steps -= from_step
+            where = "cpu" if not job.gpus else f"{job.gpus} GPU(s)"
+            if self.progress is not None:
+                self.progress.update(self.overall, total=self.total_steps)
+                if active.task is None:
+                    active.task = self.progress.add_task(f"  {job.label}", total=active.total, info="starting")
+            self.say(f"{job.label}: started on {where}{f' ({job.note})' if job.note else ''}")
 
     def refresh(self) -> None:
         for active in self.active.values():
-            active.read()
+            if active.waiting is None:
+                active.read()
         if self.progress is not None:
             for active in self.active.values():
                 self.progress.update(active.task, completed=active.step, info=active.info())
@@ -127,7 +146,8 @@ class SweepView:
             self.say(f"sweep: {self._runs()}, {elapsed / 60:.1f} min elapsed{self._left()}")
             for active in self.active.values():
                 of = f"/{active.total}" if active.total else ""
-                self.say(f"  {active.job.label}: step {active.step}{of}  {active.info()}")
+                where = "queued" if active.waiting is not None else f"step {active.step}{of}"
+                self.say(f"  {active.job.label}: {where}  {active.info()}")
 
     def finished(self, job: Job, result: dict[str, Any]) -> None:
         active = self.active.pop(job.label, None)

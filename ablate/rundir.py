@@ -10,6 +10,8 @@ results/<experiment>/runs/<run>/seed-<n>/
     hypotheses/       <split>.txt, one detokenised translation a line
     checkpoints/      last.pt and last.json (its step and config hash), step-<n>.pt (see ablate.checkpoints)
     worker.log        the worker's own output
+    slurm.json        the Slurm job training it (--launcher slurm): its id and submitit's folder, so a second
+                      `ablate run` follows a queued job instead of submitting it again
     .lock             held (flock) by the process training this job
 
 A job whose spec and seed (its config hash) already finished elsewhere under the same results root is
@@ -30,15 +32,17 @@ import json
 import os
 import shutil
 import socket
+import time
 from enum import Enum, IntEnum
 from pathlib import Path
 from typing import Any
 
-from ablate.results import read_json, write_text
+from ablate.results import read_json, write_json, write_text
 
 JOB, CONFIG, METRICS, RESULT = "job.json", "config.yaml", "metrics.jsonl", "result.json"
 DIAGNOSTICS = "diagnostics.jsonl"
 HYPOTHESES, CHECKPOINTS, LOG, LOCK = "hypotheses", "checkpoints", "worker.log", ".lock"
+SLURM_JOB = "slurm.json"
 CHECKPOINT, CHECKPOINT_INFO = f"{CHECKPOINTS}/last.pt", f"{CHECKPOINTS}/last.json"
 STALE = ".stale-"  # seed-<n>.stale-<hash>: an earlier result set aside when the spec changed
 
@@ -258,6 +262,18 @@ def reuse(source: Path, target: Path, record: dict[str, Any], results: Path) -> 
     result |= record | {"reused_from": where, "note": f"reused: the same spec and seed trained as {where}"}
     write_text(target / RESULT, json.dumps(result, indent=2, default=str) + "\n")
     return result
+
+
+def write_slurm_job(directory: Path, job_id: str, folder: Path) -> None:
+    write_json(directory / SLURM_JOB, {"job_id": job_id, "folder": str(folder), "submitted_at": time.time()})
+
+
+def read_slurm_job(directory: Path) -> dict[str, Any] | None:
+    """The Slurm job last submitted for this run ({"job_id": "12_3", "folder": ...}), if any."""
+    with contextlib.suppress(OSError, ValueError, KeyError):
+        record = read_json(directory / SLURM_JOB)
+        return record if isinstance(record.get("job_id"), str) else None
+    return None
 
 
 class RunLock:

@@ -39,7 +39,7 @@ class Options:
     only: list[str] = field(default_factory=list)
     fresh: bool = False
     device: str | None = None  # None: training.device of the baseline spec
-    gpus_per_run: int = 1
+    gpus_per_run: int | None = None  # None: 1 locally; with Slurm, what the spec's device and the cluster say
     tensorboard: Path | None = None
     launcher: str = "local"
     slurm: dict[str, Any] = field(default_factory=dict)  # flags over the experiment's slurm settings
@@ -72,9 +72,11 @@ def sweep(experiment: Experiment, options: Options, console) -> Summary:
     if rank0:
         reuse_finished(selected, options.results)  # what finished elsewhere: before training anything
     jobs = [p.job for p in training]
-    view = SweepView(console, jobs, done_before=len(selected) - len(training)) if rank0 else _Silent()
+    # Jobs another process trains: a Slurm launcher follows those its cluster runs (an earlier `ablate run`'s)
+    busy = [p.job for p in selected if p.action == Action.BUSY] if getattr(launcher, "follows_busy", False) else []
+    view = SweepView(console, jobs + busy, len(selected) - len(training) - len(busy)) if rank0 else _Silent()
     try:
-        outcomes = launcher.launch(jobs, view)
+        outcomes = launcher.launch(jobs, view, busy) if busy else launcher.launch(jobs, view)
     except Interrupted:  # the workers saved their checkpoints: the table says what stands
         view.close()
         if rank0:
@@ -98,12 +100,12 @@ def make_launcher(experiment: Experiment, options: Options) -> Launcher:
     if options.launcher == "local":
         from ablate.launchers.local import LocalLauncher
 
-        return LocalLauncher(resources(device, options.gpus_per_run))
+        return LocalLauncher(resources(device, options.gpus_per_run or 1))
     from ablate.launchers.slurm import SlurmLauncher, SlurmSpec, settings
 
     folder = options.results / experiment.name / "slurm"
     return SlurmLauncher(options.launcher, settings(experiment.slurm or SlurmSpec(), dict(options.slurm)), folder,
-                         options.wait)  # fmt: skip
+                         device, options.wait)  # fmt: skip
 
 
 def prepare(planned: Planned, tensorboard: Path | None = None) -> None:

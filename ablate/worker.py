@@ -2,7 +2,8 @@
 
 A worker shares no memory with the sweep, so an exception, an out-of-memory error or a kill ends that
 job alone, and its peak memory is its own. It holds the run's lock, asks ablate.pipeline to train,
-decode and score, and writes result.json. SIGINT or SIGTERM stops it after the current step, with a
+decode and score, and writes result.json. SIGINT, SIGTERM or SIGUSR2 (Slurm's warning before a time
+limit or a preemption, sent to every process of the job) stops it after the current step, with a
 checkpoint; its exit code says how it ended (ablate.rundir.Exit).
 """
 
@@ -26,12 +27,12 @@ from ablate.rundir import RESULT, Exit, RunLock, Status
 
 
 class Stop:
-    """Set by SIGINT or SIGTERM, or when the process that started this one is gone."""
+    """Set by SIGINT, SIGTERM or SIGUSR2, or when the process that started this one is gone."""
 
     def __init__(self) -> None:
         self.requested = False
         self.parent = os.getppid()
-        for sig in (signal.SIGINT, signal.SIGTERM):
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGUSR2):
             signal.signal(sig, self._request)
 
     def _request(self, signum: int, frame: Any) -> None:
@@ -46,8 +47,9 @@ def main(argv: list[str] | None = None) -> int:
     if len(argv) != 1:
         print("usage: python -m ablate.worker RUN_DIR", file=sys.stderr)
         return Exit.USER_ERROR
+    stop = Stop()  # first: a scheduler's warning may come while torch is still being imported
     try:
-        return execute(Job.load(Path(argv[0])))
+        return execute(Job.load(Path(argv[0])), stop)
     finally:
         distributed.teardown()
 
@@ -73,6 +75,10 @@ def execute(job: Job, stop: Stop | None = None) -> int:
         result |= {"gpu_ids": job.gpu_ids, "visible_gpus": os.environ.get("CUDA_VISIBLE_DEVICES")}
     if job.note:
         result["note"] = job.note
+    if "SLURM_JOB_ID" in os.environ:  # which Slurm job trained it, and how often it was requeued first
+        array = os.environ.get("SLURM_ARRAY_JOB_ID")
+        result["slurm_job"] = f"{array}_{os.environ['SLURM_ARRAY_TASK_ID']}" if array else os.environ["SLURM_JOB_ID"]
+        result["slurm_restarts"] = int(os.environ.get("SLURM_RESTART_COUNT") or 0)
     code = Exit.COMPLETED
     try:
         result |= train_and_evaluate(job, rank, world, local_rank, stop)

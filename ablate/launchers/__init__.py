@@ -27,7 +27,10 @@ Outcomes = dict[str, dict[str, Any]]  # job label -> its result record
 
 
 class Interrupted(Exception):  # noqa: N818 (a stop the user asked for, not an error)
-    """The sweep was stopped by the user; its workers saved checkpoints."""
+    """The sweep was stopped by the user; its workers saved checkpoints (or were left running: the message says)."""
+
+    def __init__(self, message: str = "interrupted: checkpoints saved; to resume, run the same command again"):
+        super().__init__(message)
 
 
 class Launcher(Protocol):
@@ -41,8 +44,11 @@ class Launcher(Protocol):
         """
 
 
-def outcome(job: Job, code: int) -> dict[str, Any]:
-    """What a finished worker left: its result.json, or a record of how it died (written as its result)."""
+def outcome(job: Job, code: int, why: str | None = None) -> dict[str, Any]:
+    """What a finished worker left: its result.json, or a record of how it died (written as its result).
+
+    `why`: what the launcher knows of a death the exit code does not tell (a Slurm time limit, say).
+    """
     base = job.record()
     if code == Exit.INTERRUPTED:
         return base | {"status": Status.INTERRUPTED}
@@ -51,10 +57,10 @@ def outcome(job: Job, code: int) -> dict[str, Any]:
     result = read_result(job.directory)
     if result is not None and result.get("config_hash") == job.config_hash:
         return result
-    if code < 0:
+    if why is None and code < 0:
         name = signal.Signals(-code).name
         why = f"worker killed by {name}" + (" (out of memory? the kernel's OOM killer sends it)" if code == -9 else "")
-    else:
+    elif why is None:
         why = f"worker exited with code {code} and wrote no result"
     result = base | {"status": Status.FAILED, "error": why, "log": _tail(job.directory / LOG)}
     write_json(job.directory / RESULT, result)
