@@ -71,3 +71,21 @@ def paper_differences(config: dict[str, Any]) -> list[tuple[str, str, str, str]]
         if show(value) != show(paper):
             out.append((key, show(paper), show(value), where))
     return out
+
+
+# Vaswani et al. 2017, Table 3 (WMT14 en->de, newstest2013 dev, 100K steps): for each setting the
+# paper varied one at a time, its row and every value it tried, with dev BLEU and perplexity, the base
+# model's value among them. `layers` is N, the encoder's and the decoder's depth together; row A keeps
+# h x d_k = d_model, as `model.heads` alone does here (d_k = d_model / heads).
+TABLE3: dict[str, tuple[str, list[tuple[Any, float, float]]]] = {
+    "model.heads": ("A", [(1, 24.9, 5.29), (4, 25.5, 5.00), (8, 25.8, 4.92), (16, 25.8, 4.91), (32, 25.4, 5.01)]),
+    "model.d_k": ("B", [(16, 25.1, 5.16), (32, 25.4, 5.01), (64, 25.8, 4.92)]),
+    "layers": ("C", [(2, 23.7, 6.11), (4, 25.3, 5.19), (6, 25.8, 4.92), (8, 25.5, 4.88)]),
+    "model.d_model": ("C", [(256, 24.5, 5.75), (512, 25.8, 4.92), (1024, 26.0, 4.66)]),
+    "model.d_ff": ("C", [(1024, 25.4, 5.12), (2048, 25.8, 4.92), (4096, 26.2, 4.75)]),
+    "model.dropout": ("D", [(0.0, 24.6, 5.77), (0.1, 25.8, 4.92), (0.2, 25.5, 4.95)]),
+    "training.label_smoothing": ("D", [(0.0, 25.3, 4.67), (0.1, 25.8, 4.92), (0.2, 25.7, 5.47)]),
+    "model.positions": ("E", [("sinusoidal", 25.8, 4.92), ("learned", 25.7, 4.92)]),
+}
+TABLE3_BASE = {"model.heads": 8, "model.d_k": 64, "layers": 6, "model.d_model": 512, "model.d_ff": 2048,
+               "model.dropout": 0.1, "training.label_smoothing": 0.1, "model.positions": "sinusoidal"}  # fmt: skip

@@ -370,10 +370,15 @@ def cards(exp: ExperimentResults) -> str:
     return "\n".join(lines)
 
 
-def write_report(exp: ExperimentResults, frame: pd.DataFrame, title: str, notes: list[str]) -> list[Path]:
-    """<experiment>/report/: the table in every file format, the run cards, the plots and, last, index.html."""
+def write_report(exp: ExperimentResults, frame: pd.DataFrame, title: str, notes: list[str],
+                 full: pd.DataFrame | None = None) -> list[Path]:  # fmt: skip
+    """<experiment>/report/: the table in every file format, the run cards, the plots and, last, index.html.
+
+    `full`: the table before --columns chose its columns (what the comparison with the paper reads).
+    """
     from ablate import plots
     from ablate.breakdown import length_frame
+    from ablate.literature import TITLE, literature_frame
     from ablate.page import page
     from ablate.sensitivity import sensitivity_frame, swept
     from ablate.tables import FILES, render
@@ -392,6 +397,12 @@ def write_report(exp: ExperimentResults, frame: pd.DataFrame, title: str, notes:
         files |= {f"length.{fmt}": render(fmt, length_table, f"{exp.name}: BLEU by source length", length_notes)
                   for fmt in ("md", "csv")}  # fmt: skip
         tables.append(("BLEU by source length", length_table, length_notes))
+    against = literature_frame(exp, frame if full is None else full)
+    if against is not None:  # paper.md, paper.csv, ...: each row beside the paper's Table 3
+        paper_table, paper_notes = against
+        files |= {f"paper.{name.split('.')[1]}": render(fmt, paper_table, f"{exp.name}: {TITLE}", paper_notes)
+                  for fmt, name in FILES.items()}  # fmt: skip
+        tables.append((TITLE[0].upper() + TITLE[1:], paper_table, paper_notes))
     for name, content in files.items():
         write_text(folder / name, content)
     written = [folder / name for name in files]
