@@ -226,12 +226,14 @@ def cmd_run(args: argparse.Namespace) -> int:
         out.print(f"written: {args.results / experiment.name / 'summary.md'} and summary.csv", highlight=False)
         failed += [f"{experiment.name}/{r['run']}/seed-{r['seed']}: {r.get('error', '')}"
                    for r in rows if r["status"] == Status.FAILED]  # fmt: skip
-        interrupted += [f"{experiment.name}/{r['run']}/seed-{r['seed']}" + (f": {r['error']}" if r.get("error") else "")
-                        for r in rows if r["status"] == Status.INTERRUPTED]  # fmt: skip
+        # stopped in this sweep from outside (Slurm's scancel): its row says by what, in `error`; a run an
+        # earlier sweep left resumable, and this one did not train (--only), has no error and does not count
+        interrupted += [f"{experiment.name}/{r['run']}/seed-{r['seed']}: {r['error']}"
+                        for r in rows if r["status"] == Status.INTERRUPTED and r.get("error")]  # fmt: skip
     if failed:
         print("failed runs:\n  " + "\n  ".join(failed), file=sys.stderr)
         return 1
-    if interrupted:  # stopped from outside (scancel): resumable, but not done
+    if interrupted:  # resumable, but not done
         print("interrupted runs (the same command resumes them):\n  " + "\n  ".join(interrupted), file=sys.stderr)
         return 130
     return 0

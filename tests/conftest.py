@@ -33,11 +33,10 @@ def tiny_model(vocab: int = 50, **changes):
     return build_model(tiny_spec(**changes), vocab, vocab).eval()
 
 
-def cli(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
-    """Runs `ablate ARGS` as a user types it."""
-    return subprocess.run(
-        [sys.executable, "-m", "ablate.cli", *args], cwd=cwd, capture_output=True, text=True, timeout=300
-    )
+def cli(*args: str, cwd: Path = ROOT, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """Runs `ablate ARGS` as a user types it; `env`: variables set on top of this process's."""
+    return subprocess.run([sys.executable, "-m", "ablate.cli", *args], cwd=cwd, capture_output=True, text=True,
+                          timeout=300, env=None if env is None else os.environ | env)  # fmt: skip
 
 
 @pytest.fixture

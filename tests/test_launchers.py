@@ -23,6 +23,13 @@ SMOKE = ROOT / "experiments" / "smoke.yaml"
 PLUGIN = ROOT / "tests" / "fixtures" / "failing_part.py"
 
 
+@pytest.fixture(autouse=True)
+def _one_thread_a_worker(monkeypatch):
+    """Each fake GPU's worker trains with one CPU thread: four workers of two threads each on two cores spend
+    most of their time waiting for each other (430 s instead of about 60 for the four-at-once test)."""
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+
+
 def sweep(tmp_path, write, variants: str, gpus: list[int], per_run: int, model: str = "{}"):
     """Plans, prepares and launches an experiment on fake GPUs; returns its records, in plan order, and the table."""
     path = write("gpus.yaml", f"""

@@ -233,7 +233,9 @@ def test_two_gloo_processes_train_like_one(tmp_path):
 def test_submitit_local_executor_round_trip(tmp_path):
     pytest.importorskip("submitit")
     args = [str(SMOKE), "--set", "training.max_steps=30", "--results", str(tmp_path)]
-    run = cli("run", *args, "--launcher", "submitit-local", "--time-min", "10", "--gpus-per-run", "0")
+    # both tasks start at once: one thread each, or they spend most of their time waiting for each other
+    run = cli("run", *args, "--launcher", "submitit-local", "--time-min", "10", "--gpus-per-run", "0",
+              env={"OMP_NUM_THREADS": "1"})  # fmt: skip
     assert run.returncode == 0, run.stdout + run.stderr
     assert "submitted 2 job(s)" in run.stdout
     rows = table(tmp_path / "smoke")

@@ -38,6 +38,7 @@ from ablate.rundir import Exit, checkpoint_step, read_result, read_slurm_job, wr
 
 CLUSTERS = {"slurm": "slurm", "submitit-local": "local"}
 POLL_S = 5.0  # how often squeue is asked where the tasks stand
+PATIENCE_S = 300.0  # how long following goes on while the controller does not answer
 
 
 class SlurmSpec(BaseModel):
@@ -304,14 +305,23 @@ def follow(handles: dict[Any, Job], view: SweepView, s: SlurmSpec, squeue: bool 
         for job in pending.values():
             view.started(job, checkpoint_step(job.directory, job.config_hash) or 0)
     results: Outcomes = {}
-    asked = 0.0
+    asked, unanswered = 0.0, None
     while pending:
         time.sleep(1.0)
         if squeue and time.monotonic() - asked >= POLL_S:
             asked = time.monotonic()
-            where = cluster.states([str(h.job_id) for h in pending])
+            try:
+                where = cluster.states([str(h.job_id) for h in pending])
+                unanswered = None
+            except UserError:  # a controller restarting: the jobs go on; give up only if it stays away
+                unanswered = unanswered or time.monotonic()
+                if time.monotonic() - unanswered > PATIENCE_S:
+                    raise
+                where = {}
             for handle, job in pending.items():
-                state, reason = where.get(str(handle.job_id), ("PENDING", "not yet listed"))
+                if str(handle.job_id) not in where:
+                    continue
+                state, reason = where[str(handle.job_id)]
                 if state == "PENDING":
                     view.queued(job, _reason(reason))
                 elif state in ("REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED"):
