@@ -19,7 +19,6 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from ablate import distributed
 from ablate.errors import UserError
 from ablate.job import Job
 from ablate.results import write_json
@@ -48,6 +47,8 @@ def main(argv: list[str] | None = None) -> int:
         print("usage: python -m ablate.worker RUN_DIR", file=sys.stderr)
         return Exit.USER_ERROR
     stop = Stop()  # first: a scheduler's warning may come while torch is still being imported
+    from ablate import distributed  # torch
+
     try:
         return execute(Job.load(Path(argv[0])), stop)
     finally:
@@ -58,6 +59,7 @@ def execute(job: Job, stop: Stop | None = None) -> int:
     """Trains, evaluates and records one job; returns its exit code. Every rank calls it."""
     import torch
 
+    from ablate import distributed
     from ablate.pipeline import train_and_evaluate
 
     stop = stop or Stop()

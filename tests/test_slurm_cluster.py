@@ -84,8 +84,9 @@ def step_of(run_dir: Path) -> int:
 
 
 def state(job_id: str) -> str:
-    out = subprocess.run(["sacct", "-n", "-X", "-P", "-j", job_id.split("_")[0], "-o", "JobID,State"],
-                         capture_output=True, text=True).stdout  # fmt: skip
+    """The job's state as the controller has it now (squeue; sacct, fed by slurmdbd, can lag behind)."""
+    out = subprocess.run(["squeue", "-h", "-r", "-j", job_id.split("_")[0], "-o", "%i|%T"], capture_output=True,
+                         text=True).stdout  # fmt: skip
     return next((line.split("|")[1] for line in out.splitlines() if line.startswith(job_id + "|")), "")
 
 
@@ -137,8 +138,8 @@ training: {{max_steps: 1500, validate_every: 500, checkpoint_every: 100}}
     out, err = following.communicate(timeout=60)
     assert following.returncode == 130, out + err
     job = slurm_job(run_dir)
-    assert f"scancel {job.split('_')[0]}" in err and "left 1 Slurm job(s)" in err
-    assert state(job) == "RUNNING"  # left running, as it said
+    assert f"scancel {job.split('_')[0]}" in err and "left 1 Slurm job(s)" in err, out + err
+    assert state(job) == "RUNNING", out + err  # left running, as it said
 
     following = start(*args)  # follows the job left running; then it is cancelled from outside
     wait_for(lambda: step_of(run_dir) >= 200, 240, "a later checkpoint")

@@ -95,12 +95,14 @@ def nodes(partition: str | None) -> tuple[str, list[Node]]:
 
 
 def states(job_ids: list[str]) -> dict[str, tuple[str, str]]:
-    """Array task or job id (`12_3`) -> (state, reason): squeue for live jobs, then sacct for ended ones."""
+    """Array task or job id (`12_3`) -> (state, reason): squeue for jobs the controller still holds (ended ones
+    too, for a few minutes), then sacct, which slurmdbd fills a little later, for the others."""
     if not job_ids:
         return {}
     arrays = sorted({j.split("_")[0] for j in job_ids})
     found: dict[str, tuple[str, str]] = {}
-    for line in run("squeue", "-h", "-r", "-j", ",".join(arrays), "-o", "%i|%T|%r", unknown_ok=True).splitlines():
+    listed = run("squeue", "-h", "-r", "-t", "all", "-j", ",".join(arrays), "-o", "%i|%T|%r", unknown_ok=True)
+    for line in listed.splitlines():
         task, state, reason = line.split("|", 2)
         found[task] = (state, reason)
     ended = [j for j in job_ids if j not in found]

@@ -345,7 +345,7 @@ def ended(job: Job, handle: Any, s: SlurmSpec) -> dict[str, Any]:
     result = read_result(job.directory)
     if result is not None and result.get("config_hash") == job.config_hash:
         return result  # it ended with a result (perhaps just as the task was stopped)
-    state = str(handle.state).split()[0] if str(handle.state).strip() else "UNKNOWN"
+    state = _final_state(handle)
     if state == "CANCELLED" or code == Exit.INTERRUPTED:
         why = (f"Slurm job {handle.job_id} was cancelled (scancel)" if state == "CANCELLED" else
                f"the worker of Slurm job {handle.job_id} was stopped")  # fmt: skip
@@ -361,6 +361,18 @@ def ended(job: Job, handle: Any, s: SlurmSpec) -> dict[str, Any]:
     else:
         why = f"Slurm job {handle.job_id} ended {state}: {str(failure).strip().splitlines()[0]}"
     return outcome(job, Exit.FAILED, why)
+
+
+def _final_state(handle: Any) -> str:
+    """How Slurm says the task ended (CANCELLED, TIMEOUT...): the controller's word, else submitit's (sacct)."""
+    with contextlib.suppress(UserError, AttributeError):
+        if type(handle).__name__ == "SlurmJob":
+            deadline = time.monotonic() + 20.0  # a cancelled job shows as COMPLETING until its processes are gone
+            while (state := cluster.states([str(handle.job_id)]).get(str(handle.job_id))) is not None:
+                if state[0] not in cluster.ALIVE or time.monotonic() > deadline:
+                    return state[0]
+                time.sleep(1.0)
+    return str(handle.state).split()[0] if str(handle.state).strip() else "UNKNOWN"
 
 
 def _reason(reason: str) -> str:
