@@ -25,9 +25,9 @@ from ablate.rundir import CONFIG, RESULT, Status, read_diagnostics, read_hypothe
 from ablate.significance import Interval
 
 COLUMNS = ["run", "differs", "params", "BLEU", "BLEU std", "n", "ΔBLEU", "ΔBLEU lo", "ΔBLEU hi", "CI over", "p",
-           "chrF", "valid loss", "valid ppl", "train tok/s", "tok/s vs baseline", "decode sent/s", "GFLOP/tgt tok",
-           "train PFLOP", "TFLOP/s", "MFU", "budget", "peak MiB", "wall s", "device", "GPUs", "GPU ids", "precision",
-           "status", "note"]  # fmt: skip
+           "chrF", "len ratio", "valid loss", "valid ppl", "train tok/s", "tok/s vs baseline", "decode sent/s",
+           "GFLOP/tgt tok", "train PFLOP", "TFLOP/s", "MFU", "budget", "peak MiB", "wall s", "device", "GPUs",
+           "GPU ids", "precision", "status", "note"]  # fmt: skip
 HIGHER_IS_BETTER = {"BLEU", "ΔBLEU", "chrF", "train tok/s", "tok/s vs baseline", "decode sent/s", "n"}
 
 
@@ -146,12 +146,16 @@ class Comparison:
 
     p: dict[str, float] = field(default_factory=dict)  # sacreBLEU's paired test, seed-matched hypotheses
     intervals: dict[str, Interval] = field(default_factory=dict)  # ΔBLEU, seeds and sentences (significance.py)
+    length_ratio: dict[str, float] = field(default_factory=dict)  # hypothesis over reference length, seeds' mean
     notes: list[str] = field(default_factory=list)
 
 
 def compare(exp: ExperimentResults, split: str, test: str) -> Comparison:
-    """ΔBLEU intervals and p-values of every run against its reference; a note when they cannot be computed."""
-    from ablate.significance import bleu_scorer, bleu_statistics, delta_interval, paired_test
+    """Each run's length ratio, and its ΔBLEU interval and p-value against its reference (none with test "none").
+
+    All of them need the test references; when they cannot be read, a note says so.
+    """
+    from ablate.significance import bleu_scorer, bleu_statistics, delta_interval, length_ratio, paired_test
 
     out = Comparison()
 
@@ -159,14 +163,14 @@ def compare(exp: ExperimentResults, split: str, test: str) -> Comparison:
         return [j for j in jobs if j.ok and j.hypotheses(split) is not None]
 
     first = next((j for jobs in exp.runs.values() for j in scored(jobs)), None)
-    if first is None or test == "none":
+    if first is None:
         return out
     try:
         refs = references(first.config, split)
     except UserError as error:
-        out.notes.append(f"ΔBLEU intervals and p not computed, the test references are not readable: "
-                         f"{error.lines[0].split(': ')[0]}: missing (point ABLATE_DATA_DIR at the corpora, "
-                         "or run: ablate data download multi30k)")  # fmt: skip
+        out.notes.append(f"{'len ratio' if test == 'none' else 'len ratio, ΔBLEU intervals and p'} not computed, "
+                         f"the test references are not readable: {error.lines[0].split(': ')[0]}: missing (point "
+                         "ABLATE_DATA_DIR at the corpora, or run: ablate data download multi30k)")  # fmt: skip
         return out
     lowercase = bool(first.config.get("evaluation", {}).get("lowercase", False))
     score = bleu_scorer(lowercase)
@@ -180,6 +184,11 @@ def compare(exp: ExperimentResults, split: str, test: str) -> Comparison:
                 statistics_of[j.directory] = bleu_statistics(j.hypotheses(split), refs, lowercase)
         return np.stack([statistics_of[j.directory] for j in jobs])  # (seeds, N, K)
 
+    for run, jobs in exp.runs.items():
+        if done := scored(jobs):
+            out.length_ratio[run] = round(float(length_ratio(stats(done)).mean()), 3)
+    if test == "none":
+        return out
     tests: dict[tuple, tuple[list[str], dict[str, list[str]]]] = {}  # (reference, seeds) -> its hypotheses, runs'
     for run, jobs in exp.runs.items():
         reference = exp.reference(run)
@@ -236,6 +245,7 @@ def report_frame(exp: ExperimentResults, test: str = "bs") -> tuple[pd.DataFrame
             "ΔBLEU hi": _rounded(comparison.intervals.get(run), "high"),
             "CI over": _covers(comparison.intervals.get(run)), "p": comparison.p.get(run),
             "chrF": mean_of([j.result["scores"][split]["chrf"] for j in ok if split in j.result.get("scores", {})]),
+            "len ratio": comparison.length_ratio.get(run),
             "valid loss": mean_of([j.result["valid_loss"] for j in ok if "valid_loss" in j.result], 3),
             "valid ppl": mean_of([j.result["valid_ppl"] for j in ok if "valid_ppl" in j.result]),
             "train tok/s": rate, "tok/s vs baseline": round(rate / base_speed, 2) if rate and base_speed else None,
@@ -266,6 +276,8 @@ def report_frame(exp: ExperimentResults, test: str = "bs") -> tuple[pd.DataFrame
         # a re-run after a spec change, GPUs handed out, results from before FLOPs were counted: else no column
         if frame[optional].isna().all():
             frame = frame.drop(columns=optional)
+    if not comparison.length_ratio:
+        frame = frame.drop(columns="len ratio")
     if not comparison.intervals:
         frame = frame.drop(columns=["ΔBLEU lo", "ΔBLEU hi", "CI over"])
     if test == "none":
@@ -311,6 +323,10 @@ def explanations(comparison: Comparison, test: str) -> list[str]:
             notes.append("CI over 'sentences': an arm has a single seed, so seed-to-seed variance is not covered "
                          "and the interval is too narrow for a claim about the architecture; train more seeds "
                          "(ablate run --seeds 3).")  # fmt: skip
+    if comparison.length_ratio:
+        notes.append("len ratio: the length of the hypotheses over that of the references, in BLEU's tokens "
+                     "(sacreBLEU's ratio), mean over seeds; below 1 BLEU's brevity penalty multiplies the score by "
+                     "exp(1 - 1/ratio), 0.90 by 0.89.")  # fmt: skip
     if comparison.p:
         notes.append(f"p: sacreBLEU's paired {'bootstrap resampling' if test == 'bs' else 'approximate randomisation'}"
                      " against the baseline, seed-matched hypotheses concatenated: the chance of a difference this "

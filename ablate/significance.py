@@ -53,6 +53,15 @@ def bleu_statistics(hypotheses: Sequence[str], references: Sequence[str], lowerc
     return np.array(metric._extract_corpus_statistics(list(hypotheses), [list(references)]), dtype=np.float64)
 
 
+def length_ratio(stats: np.ndarray) -> np.ndarray:
+    """Each seed's hypothesis length over its reference length, from statistics (S, N, K): sacreBLEU's `ratio`.
+
+    Below 1, BLEU's brevity penalty multiplies the score by exp(1 - 1/ratio): 0.90 costs 11% of it.
+    """
+    sums = stats.sum(1)  # (S, K): sacreBLEU's statistics start with the hypothesis's and the reference's length
+    return sums[:, 0] / sums[:, 1]
+
+
 def bleu_scorer(lowercase: bool) -> Scorer:
     """Corpus BLEU of each row of summed statistics, as sacreBLEU computes it (its bootstrap does the same)."""
     from sacrebleu.metrics import BLEU

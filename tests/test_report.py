@@ -47,8 +47,8 @@ def test_markdown_has_every_column_mean_and_std_and_no_numbers_for_a_diverged_ru
     text = report(results, "--format", "md", "--no-files")
     header, _, *rows = [line for line in text.splitlines() if line.startswith("|")]
     assert header.split(" | ")[1:4] == ["differs", "params", "BLEU"]
-    for column in ["n", "ΔBLEU", "p", "chrF", "valid loss", "valid ppl", "tok/s vs baseline", "decode sent/s",
-                   "peak MiB", "wall s", "status"]:  # fmt: skip
+    for column in ["n", "ΔBLEU", "p", "chrF", "len ratio", "valid loss", "valid ppl", "tok/s vs baseline",
+                   "decode sent/s", "peak MiB", "wall s", "status"]:  # fmt: skip
         assert f" {column} |" in header
     cells = {row.split(" | ")[0].strip("| "): row.split(" | ") for row in rows}
     assert re.fullmatch(r"\d+\.\d\d ± \d+\.\d\d", cells["baseline"][3])
@@ -230,3 +230,21 @@ def test_delta_bleu_intervals_cover_seeds_and_sentences(results):
     line = next(line for line in md.splitlines() if line.startswith("| pre_ln "))
     assert f"[{float(row['ΔBLEU lo']):+.2f}".replace("-", "−") in line
     assert ("*" in line) == (expected.low > 0 or expected.high < 0)
+
+
+def test_length_ratio_is_each_runs_mean_over_seeds_and_needs_the_references(results, monkeypatch):
+    from sacrebleu.metrics import BLEU
+
+    exp = load_results(results)
+    refs = _references(exp)
+    table = {r["run"]: r for r in csv.DictReader(io.StringIO(report(results, "--format", "csv", "--no-files")))}
+    for run in ("baseline", "pre_ln"):
+        scores = [BLEU().corpus_score(j.hypotheses(SPLIT), [refs]) for j in exp.runs[run]]
+        expected = sum(s.sys_len / s.ref_len for s in scores) / len(scores)
+        assert float(table[run]["len ratio"]) == pytest.approx(expected, abs=5e-4)
+    assert table["explodes"]["len ratio"] == ""
+    monkeypatch.setenv("ABLATE_DATA_DIR", str(results / "nowhere"))
+    for test in ("bs", "none"):
+        frame, notes = report_frame(load_results(results), test)
+        assert "len ratio" not in frame.columns
+        assert any(n.startswith("len ratio") and "not computed" in n and "nowhere" in n for n in notes)

@@ -84,3 +84,20 @@ def test_bleu_statistics_sum_to_sacrebleus_corpus_bleu():
     interval = delta_interval(stats[None], bleu_statistics(better, refs, False)[None], bleu_scorer(False))
     assert interval.delta == pytest.approx(BLEU().corpus_score(better, [refs]).score - expected)
     assert not interval.seeds and interval.excludes_zero
+
+
+def test_length_ratio_is_sacrebleus_ratio_and_sets_its_brevity_penalty():
+    from sacrebleu.metrics import BLEU
+
+    from ablate.significance import length_ratio
+
+    rng = np.random.default_rng(7)
+    words = ["the", "a", "cat", "dog", "sat", "on", "mat", "red", "big", "small"]
+    refs = [" ".join(rng.choice(words, rng.integers(4, 12))) for _ in range(40)]
+    seeds = [[" ".join(r.split()[: max(1, len(r.split()) - int(rng.integers(0, k)))]) for r in refs] for k in (1, 3, 5)]
+    ratios = length_ratio(np.stack([bleu_statistics(h, refs, False) for h in seeds]))
+    for hyps, ratio in zip(seeds, ratios, strict=True):
+        score = BLEU().corpus_score(hyps, [refs])
+        assert ratio == pytest.approx(score.sys_len / score.ref_len)
+        assert score.bp == pytest.approx(min(1.0, np.exp(1 - 1 / ratio)))
+    assert ratios[0] == 1.0 and ratios[0] > ratios[1] > ratios[2]  # seed 1 copies every reference; 3 and 5 cut more
