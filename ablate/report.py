@@ -271,6 +271,11 @@ def report_frame(exp: ExperimentResults, test: str = "bs") -> tuple[pd.DataFrame
     if split:
         notes.insert(0, f"BLEU and chrF on {split}: {_signature(exp, split)}")
     notes += explanations(comparison, test)
+    devices = {j.result["device"]: None for jobs in exp.runs.values() for j in jobs if "device" in j.result}
+    if len(devices) > 1:
+        notes.append(f"The runs trained on {len(devices)} different devices ({'; '.join(devices)}): train tok/s, "
+                     "tok/s vs baseline, decode sent/s, TFLOP/s, MFU and wall s compare those as well as the "
+                     "models.")  # fmt: skip
     frame = pd.DataFrame(rows, columns=COLUMNS, dtype=object)
     for optional in ("note", "GPU ids", "GFLOP/tgt tok", "train PFLOP", "TFLOP/s", "MFU", "budget"):
         # a re-run after a spec change, GPUs handed out, results from before FLOPs were counted: else no column

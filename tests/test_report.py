@@ -248,3 +248,20 @@ def test_length_ratio_is_each_runs_mean_over_seeds_and_needs_the_references(resu
         frame, notes = report_frame(load_results(results), test)
         assert "len ratio" not in frame.columns
         assert any(n.startswith("len ratio") and "not computed" in n and "nowhere" in n for n in notes)
+
+
+def test_a_note_says_when_rows_trained_on_different_devices(tmp_path):
+    from ablate.report import from_records
+
+    def record(run, device):
+        return {"run": run, "seed": 1, "status": "completed", "device": device, "train_src_tokens_per_s": 900.0,
+                "train_tgt_tokens_per_s": 1000.0}  # fmt: skip
+
+    one = [record("baseline", "cpu (x86_64, 2 threads)"), record("pre_ln", "cpu (x86_64, 2 threads)")]
+    _, notes = report_frame(from_records("e", tmp_path, one), "none")
+    assert not any("different devices" in n for n in notes)
+    two = [*one, record("rotary", "cpu (x86_64, 1 threads)")]
+    frame, notes = report_frame(from_records("e", tmp_path, two), "none")
+    note = next(n for n in notes if "different devices" in n)
+    assert note.startswith("The runs trained on 2 different devices (cpu (x86_64, 2 threads); cpu (x86_64, 1 threads))")
+    assert list(frame["tok/s vs baseline"]) == [1.0, 1.0, 1.0]  # the numbers stay; the note says what they compare
