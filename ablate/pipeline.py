@@ -29,7 +29,6 @@ from ablate.results import write_text
 from ablate.rundir import (
     CHECKPOINT,
     DIAGNOSTICS,
-    METRICS,
     Status,
     append_metrics,
     checkpoint_step,
@@ -62,10 +61,9 @@ def train_and_evaluate(job: Job, rank: int, world: int, local_rank: int, stop) -
         trainer.load_state_dict(state)
         earlier_wall = state.get("wall_seconds", 0.0)
         if rank == 0:
-            truncate_metrics(job.directory, resumed)
             checkpoints.forget_after(job.directory, resumed)
-    elif rank == 0:
-        (job.directory / METRICS).unlink(missing_ok=True)
+    if rank == 0:
+        truncate_metrics(job.directory, resumed)
     started = time.perf_counter()
 
     def wall() -> float:

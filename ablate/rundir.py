@@ -184,10 +184,14 @@ def append_metrics(directory: Path, record: dict[str, Any], name: str = METRICS)
         f.write(json.dumps(record) + "\n")
 
 
-def truncate_metrics(directory: Path, step: int) -> None:
-    """Keeps the logs up to a checkpoint: what came after it will be logged again by the resumed run."""
+def truncate_metrics(directory: Path, step: int | None) -> None:
+    """Keeps the logs up to a checkpoint: what came after it will be logged again by the resumed run. With no
+    checkpoint (None), nothing is kept: a run that starts over logs again from step 0, and an attempt that
+    died before its first checkpoint leaves no records behind to be read as this run's."""
     for name in (METRICS, DIAGNOSTICS):
         path = directory / name
+        if step is None:
+            path.unlink(missing_ok=True)
         if not path.is_file():
             continue
         kept = []

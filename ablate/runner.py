@@ -27,7 +27,17 @@ from ablate.launchers import Interrupted, Launcher, Outcomes
 from ablate.plan import Action, Planned, plan
 from ablate.progress import SweepView
 from ablate.results import write_text
-from ablate.rundir import FINISHED, RESULT, Status, checkpoint_step, read_result, reuse, stale_path, stored_hash
+from ablate.rundir import (
+    FINISHED,
+    RESULT,
+    Status,
+    checkpoint_step,
+    read_result,
+    reuse,
+    stale_path,
+    stored_hash,
+    truncate_metrics,
+)
 
 
 @dataclass
@@ -121,6 +131,8 @@ def prepare(planned: Planned, tensorboard: Path | None = None) -> None:
         job.note = f"re-run: the spec changed since the earlier result, kept in {stale.name}"
     elif planned.action == Action.RETRY:
         (d / RESULT).unlink(missing_ok=True)
+    if d.is_dir():  # the live view reads these logs before the worker starts: only what the run resumes from
+        truncate_metrics(d, checkpoint_step(d, job.config_hash))
     job.save()
 
 

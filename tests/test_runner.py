@@ -123,6 +123,33 @@ def test_kill_9_then_resume_gives_the_uninterrupted_table(tmp_path):
     assert "0 to train" in again.stdout and "completed earlier" in again.stdout
 
 
+def test_a_run_that_lost_its_checkpoints_starts_over_without_the_earlier_attempts_logs(tmp_path):
+    """Results copied without their checkpoints (git keeps no *.pt): the run trains again from step 0, and its
+    metrics and diagnostics hold each step once, as an uninterrupted run's do, not the dead attempt's too."""
+    args = [str(SMOKE), "--only", "baseline", "--results", str(tmp_path), "--set", "training.max_steps=40",
+            "--set", "training.diagnostics_every=10", "--set", "training.checkpoint_every=10"]  # fmt: skip
+    first = cli("run", *args)
+    assert first.returncode == 0, first.stderr
+    d = tmp_path / "smoke" / "runs" / "baseline" / "seed-1"
+    logged = {name: (d / name).read_text().splitlines() for name in ("metrics.jsonl", "diagnostics.jsonl")}
+    diagnosed = [r["step"] for r in map(json.loads, logged["diagnostics.jsonl"])]
+    assert diagnosed == [0, 10, 20, 30, 40]
+    for path in [d / "result.json", *(d / "checkpoints").iterdir()]:
+        path.unlink()  # what a clone of the results holds of a run that was still training
+
+    again = cli("run", *args)
+    assert again.returncode == 0, again.stderr
+    assert "1 to train" in again.stdout and "resumes" not in again.stdout
+    assert [r["step"] for r in map(json.loads, (d / "diagnostics.jsonl").read_text().splitlines())] == diagnosed
+    for name, lines in logged.items():
+        assert untimed((d / name).read_text().splitlines()) == untimed(lines), name
+
+
+def untimed(lines):
+    """The records of a log without their timings, which differ from one run to the next."""
+    return [{k: v for k, v in json.loads(line).items() if k not in ("wall_s", "step_ms", "seconds")} for line in lines]
+
+
 def test_ctrl_c_saves_a_checkpoint_and_says_how_to_resume(tmp_path):
     args = [str(SMOKE), "--only", "baseline", "--set", "training.max_steps=5000", "--results", str(tmp_path)]
     proc = start(*args, "--set", "training.checkpoint_every=1000", sigint_ignored=True)  # `kill -INT` still stops it
