@@ -16,16 +16,16 @@ from typing import Any
 
 _WHERE = {
     "SpecError": "ablate.errors",
-    "Experiment": "ablate.experiment",
-    "Run": "ablate.experiment",
-    "load_experiment": "ablate.experiment",
-    "Transformer": "ablate.model",
-    "build_model": "ablate.model",
-    "count_parameters": "ablate.model",
+    "Experiment": "ablate.sweep.experiment",
+    "Run": "ablate.sweep.experiment",
+    "load_experiment": "ablate.sweep.experiment",
+    "Transformer": "ablate.model.transformer",
+    "build_model": "ablate.model.transformer",
+    "count_parameters": "ablate.model.transformer",
     "REGISTRY": "ablate.registry",
     "PartParams": "ablate.registry",
-    "ModelSpec": "ablate.spec",
-    "RunSpec": "ablate.spec",
+    "ModelSpec": "ablate.model.spec",
+    "RunSpec": "ablate.train.spec",
 }
 
 __all__ = sorted(_WHERE)

@@ -15,9 +15,8 @@ from rich.console import Console
 from rich.table import Table
 
 from ablate.errors import UserError
-from ablate.launchers import LAUNCHERS
-from ablate.rundir import Status
-from ablate.tables import FORMATS, print_table
+from ablate.report.tables import FORMATS
+from ablate.sweep.launchers import LAUNCHERS
 
 
 class Parser(argparse.ArgumentParser):
@@ -80,7 +79,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     report.add_argument("--sort", metavar="COLUMN", help="sort rows on a column (scores best first)")
     report.add_argument("--reverse", action="store_true", help="reverse the --sort order")
     report.add_argument("--columns", metavar="A,B,...",
-                        help="only these columns (run always first), and any of the optional ones: grad norm init, "
+                        help="the terminal shows the main columns, 120 characters wide; `all`: every column; "
+                        "A,B,...: only these (run always first), and any of the optional ones: grad norm init, "
                         "entropy end, max logit end, logits norm end, BLEU <length bucket>")  # fmt: skip
     report.add_argument("--significance", choices=["bs", "ar", "none"], default="bs",
                         help="paired test of each BLEU against the baseline: bootstrap (default), "
@@ -165,8 +165,8 @@ def _rates(value: str) -> list[float]:
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
-    from ablate.experiment import load_experiments
-    from ablate.model import parameter_count
+    from ablate.model.transformer import parameter_count
+    from ablate.sweep.experiment import load_experiments
 
     out = console()
     for experiment in load_experiments(args.files, args.overrides, args.lr_sweep):
@@ -185,15 +185,14 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from ablate.experiment import load_experiments
-    from ablate.launchers import Interrupted
-    from ablate.runner import Options, sweep
-    from ablate.specfile import parse_overrides
+    from ablate.sweep import runner
+    from ablate.sweep.experiment import load_experiments
+    from ablate.sweep.launchers import Interrupted
+    from ablate.sweep.specfile import parse_overrides
 
     experiments = load_experiments(args.files, args.overrides, args.lr_sweep)
     only = [name for item in args.only for name in item.split(",") if name]
-    for experiment in experiments:
-        _check_only(experiment, only)
+    runner.check_only(experiments, only)
     if args.tensorboard is not None and importlib.util.find_spec("tensorboard") is None:
         raise UserError("--tensorboard: needs the tensorboard package: pip install 'ablate[tensorboard]'")
     flags = (("partition", args.partition), ("time_min", args.time_min), ("cpus_per_run", args.cpus_per_run),
@@ -201,42 +200,20 @@ def cmd_run(args: argparse.Namespace) -> int:
     slurm = {key: value for key, value in flags if value is not None}
     if args.slurm:
         slurm["additional"] = {k.replace("-", "_"): v for k, v in parse_overrides(args.slurm, "--slurm").items()}
-    options = Options(args.results, args.seeds, only, args.fresh, args.device, args.gpus_per_run, args.tensorboard,
-                      args.launcher, slurm, not args.no_wait)  # fmt: skip
-    out = console()
+    options = runner.Options(args.results, args.seeds, only, args.fresh, args.device, args.gpus_per_run,
+                             args.tensorboard, args.launcher, slurm, not args.no_wait)  # fmt: skip
     if args.dry_run:
-        for experiment in experiments:
-            print_plan(out, experiment, options)
-        return 0
+        return runner.dry_run(experiments, options, console())
     signal.signal(signal.SIGTERM, _stop_like_ctrl_c)
     # Ctrl-C raises KeyboardInterrupt whatever SIGINT's disposition was inherited: a process started in the
     # background of a non-interactive shell (`nohup ablate run ... &`, or a test harness that did) inherits it
     # ignored, and Python then leaves it ignored, so `kill -INT` would not reach the workers.
     signal.signal(signal.SIGINT, signal.default_int_handler)
-    failed, interrupted = [], []
-    for experiment in experiments:
-        try:
-            rows, frame, notes = sweep(experiment, options, out)
-        except Interrupted as stop:
-            print(f"{stop}: ablate run {' '.join(args.files)} ...", file=sys.stderr)
-            return 130
-        if not rows:
-            continue  # a rank other than 0 under torchrun, or jobs left running on the cluster
-        print_table(out, f"{experiment.name}: {experiment.description}", frame, notes)
-        out.print(f"written: {args.results / experiment.name / 'summary.md'} and summary.csv", highlight=False)
-        failed += [f"{experiment.name}/{r['run']}/seed-{r['seed']}: {r.get('error', '')}"
-                   for r in rows if r["status"] == Status.FAILED]  # fmt: skip
-        # stopped in this sweep from outside (Slurm's scancel): its row says by what, in `error`; a run an
-        # earlier sweep left resumable, and this one did not train (--only), has no error and does not count
-        interrupted += [f"{experiment.name}/{r['run']}/seed-{r['seed']}: {r['error']}"
-                        for r in rows if r["status"] == Status.INTERRUPTED and r.get("error")]  # fmt: skip
-    if failed:
-        print("failed runs:\n  " + "\n  ".join(failed), file=sys.stderr)
-        return 1
-    if interrupted:  # resumable, but not done
-        print("interrupted runs (the same command resumes them):\n  " + "\n  ".join(interrupted), file=sys.stderr)
+    try:
+        return runner.run(experiments, options, console())
+    except Interrupted as stop:
+        print(stop, file=sys.stderr)
         return 130
-    return 0
 
 
 def _stop_like_ctrl_c(signum: int, frame) -> None:
@@ -259,80 +236,31 @@ def _seeds(value: str) -> list[int] | int:
     return items
 
 
-def _check_only(experiment, only: list[str]) -> None:
-    from ablate.errors import did_you_mean
-
-    names = list(dict.fromkeys([*experiment.arms, *(run.name for run in experiment.runs)]))
-    for name in only:
-        if name not in names:
-            raise UserError(
-                f"--only: {experiment.path} has no run '{name}'{did_you_mean(name, names)} (runs: {', '.join(names)})"
-            )
-
-
-def print_plan(out: Console, experiment, options) -> None:
-    """--dry-run: every planned job, what it changes, its size and what running it now would do."""
-    from ablate.plan import DRY_RUN_COLUMNS, dry_run_rows, plan
-
-    planned = plan(experiment, options.results, options.seeds, options.fresh, options.only)
-    table = Table(title=f"{experiment.path}: {experiment.name}, {len(planned)} job(s), nothing trained (--dry-run)",
-                  title_justify="left")  # fmt: skip
-    for column in DRY_RUN_COLUMNS:
-        table.add_column(column, justify="right" if column in ("params", "seed", "steps") else "left")
-    for row in dry_run_rows(experiment, planned):
-        table.add_row(*row)
-    out.print(table)
-    out.print("  params at the nominal vocabulary size of tokenizer.vocab_size", highlight=False)
-
-
 def cmd_report(args: argparse.Namespace) -> int:
-    from ablate import plots
-    from ablate.breakdown import optional_frame
-    from ablate.literature import TITLE, literature_frame
-    from ablate.report import find_experiments, load_results, report_frame, select, write_report
-    from ablate.results import write_text
-    from ablate.sensitivity import at_best_lr, sensitivity_frame, swept
-    from ablate.tables import render
+    from ablate.files import write_text
+    from ablate.report import figures
+    from ablate.report.build import build, print_report, render_all, write_report
+    from ablate.report.results import find_experiments
 
-    columns = [c.strip() for c in args.columns.split(",")] if args.columns else None
+    columns = [c.strip() for c in args.columns.split(",")] if args.columns not in (None, "all") else None
     out = console()
-    written, chunks = [], []
+    reports, written = [], []
     for directory in find_experiments(args.results_dir):
-        exp = load_results(directory)
-        lr = sensitivity_frame(exp) if swept(exp) else None
-        if args.at == "best-lr":
-            if lr is None:
-                raise UserError(f"--at best-lr: {directory} holds no learning-rate sweep (set lr_sweep, or "
-                                "ablate run --lr-sweep)")  # fmt: skip
-            exp = at_best_lr(exp)
-        frame, notes = report_frame(exp, args.significance)
-        optional = optional_frame(exp) if columns or args.sort else None  # it reads every diagnostics.jsonl
-        full, frame = frame, select(frame, columns, args.sort, args.reverse, optional)
-        against = literature_frame(exp, full)
-        title = f"{exp.name} ({directory})" + (", each run at its best learning rate" if args.at == "best-lr" else "")
+        report = build(directory, args.significance, args.at, columns, args.sort, args.reverse)
+        reports.append(report)
         if args.format == "terminal":
-            print_table(out, title, frame, notes)
-            if lr is not None:
-                print_table(out, f"{exp.name}: learning-rate sensitivity", *lr)
-            if against is not None:
-                print_table(out, f"{exp.name}: {TITLE}", *against)
-        elif args.format == "csv":  # one table for every experiment, told apart by a column
-            chunks.append(render("csv", frame.assign(experiment=exp.name)[["experiment", *frame.columns]], title, []))
-        else:
-            chunks.append(render(args.format, frame, title, notes))
+            print_report(out, report, compact=args.columns is None)
         if not args.no_files:
-            written += write_report(load_results(directory) if args.at == "best-lr" else exp, frame, title, notes,
-                                    full)  # fmt: skip
-            if not plots.available():
+            written += write_report(report)
+            if not figures.available():
                 out.print("plots: not drawn, matplotlib (a dependency of ablate) is missing: pip install "
                           "'matplotlib>=3.7'", highlight=False)  # fmt: skip
-    if args.format == "csv":  # the header once
-        chunks = chunks[:1] + ["".join(c.splitlines(keepends=True)[1:]) for c in chunks[1:]]
+    text = render_all(reports, args.format) if args.format != "terminal" else ""
     if args.output is not None:
-        write_text(args.output, "".join(chunks))
+        write_text(args.output, text)
         out.print(f"written: {args.output}", highlight=False)
-    elif chunks:
-        sys.stdout.write("".join(chunks))
+    elif text:
+        sys.stdout.write(text)
     if written:
         folders = ", ".join(sorted({str(p.parent) for p in written}))
         out.print(f"also written in {folders}: {', '.join(sorted({p.name for p in written}))}", highlight=False)
@@ -340,17 +268,9 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    from ablate import check
+    from ablate.check import reference
 
-    out = console()
-    failed = []
-    for path in check.find(args.references):
-        if not check.check(path, args.update, args.keep, bool(args.references), out):
-            failed.append(str(path))
-    if failed:
-        print(f"check failed: {', '.join(failed)}", file=sys.stderr)
-        return 1
-    return 0
+    return reference.check_all(args.references, args.update, args.keep, console())
 
 
 def cmd_data(args: argparse.Namespace) -> int:
@@ -371,7 +291,7 @@ def cmd_data(args: argparse.Namespace) -> int:
 
 
 def cmd_parts(args: argparse.Namespace) -> int:
-    import ablate.spec  # noqa: F401 (the built-in parts register themselves when the spec imports them)
+    import ablate.train.spec  # noqa: F401 (the built-in parts of every slot register as the spec imports them)
     from ablate.registry import part_rows
 
     title = "Registered parts: a spec names one per slot, `slot: part` or `slot: {name: part, param: value}`"
@@ -385,7 +305,7 @@ def cmd_parts(args: argparse.Namespace) -> int:
 
 
 def cmd_schema(args: argparse.Namespace) -> int:
-    from ablate.experiment import experiment_schema
+    from ablate.sweep.experiment import experiment_schema
 
     print(json.dumps(experiment_schema(), indent=2))
     return 0

@@ -8,19 +8,26 @@ validate, and the slot is where a spec's name for a part becomes the class that 
     class LearnedPositions(Positions):
         class Params(PartParams):
             max_len: PositiveInt = 1024
+
+A plugin is a module (or a .py file) that registers parts when imported; an experiment file's `plugins:`
+names it, and `load_plugin` imports it, in the sweep and again in each worker.
 """
 
 from __future__ import annotations
 
+import importlib
+import importlib.util
 import inspect
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, ClassVar, Generic, TypeVar
 
 from pydantic import BaseModel, ConfigDict, GetCoreSchemaHandler, GetJsonSchemaHandler, ValidationError
 from pydantic_core import core_schema
 
-from ablate.errors import Issue, SpecValueError, did_you_mean, issues_from
+from ablate.errors import Issue, SpecError, SpecValueError, did_you_mean, issues_from
 
 T = TypeVar("T")
 
@@ -196,3 +203,33 @@ def part_rows() -> list[tuple[str, str, str, str, bool]]:
                 (slot.name if i == 0 else "", part.name, params or "-", part.description(), i == len(slot.parts) - 1)
             )
     return rows
+
+
+_PLUGINS: dict[str, str] = {}  # what a plugin was given as -> the module name it was imported under
+
+
+def load_plugin(plugin: str, relative_to: Path, loc: tuple) -> str:
+    """Imports a plugin (module name, or .py path relative to the spec) once; returns how to import it again."""
+    is_file = plugin.endswith(".py") or "/" in plugin
+    key = str((relative_to.parent / plugin).resolve()) if is_file else plugin
+    if key in _PLUGINS:
+        return key
+    try:
+        if is_file:
+            if not Path(key).is_file():
+                raise FileNotFoundError(f"no such file: {key}")
+            module_name = f"ablate_plugin_{Path(key).stem}_{abs(hash(key)):x}"
+            module_spec = importlib.util.spec_from_file_location(module_name, key)
+            module = importlib.util.module_from_spec(module_spec)
+            sys.modules[module_name] = module
+            module_spec.loader.exec_module(module)
+        else:
+            module_name = plugin
+            importlib.import_module(plugin)
+    except Exception as error:  # a plugin's own bug is the user's to see, in one line
+        sys.modules.pop(f"ablate_plugin_{Path(key).stem}_{abs(hash(key)):x}", None)
+        raise SpecError.at(
+            relative_to, [Issue(loc, f"cannot import plugin '{plugin}': {type(error).__name__}: {error}")]
+        ) from None
+    _PLUGINS[key] = module_name
+    return key

@@ -1,14 +1,14 @@
 """The run directory of one job (a run with one seed): every file name, status, exit code and reader. No torch.
 
 results/<experiment>/runs/<run>/seed-<n>/
-    job.json          the job record the runner hands a worker (ablate.job): resolved spec, config hash, device
+    job.json          the job record the runner hands a worker (ablate.train.job): resolved spec, config hash, device
     config.yaml       the resolved spec, for people
     metrics.jsonl     one JSON object a line: training steps, validations, phases (read with `read_metrics`)
     diagnostics.jsonl one JSON object a measurement: gradient norms, attention entropy and logits, norms
-                      (ablate.diagnostics measures them; read with `read_diagnostics`)
+                      (ablate.model.diagnostics measures them; read with `read_diagnostics`)
     result.json       everything measured, written last (read with `read_result`)
     hypotheses/       <split>.txt, one detokenised translation a line
-    checkpoints/      last.pt and last.json (its step and config hash), step-<n>.pt (see ablate.checkpoints)
+    checkpoints/      last.pt and last.json (its step and config hash), step-<n>.pt (see ablate.train.checkpoints)
     worker.log        the worker's own output
     slurm.json        the Slurm job training it (--launcher slurm): its id and submitit's folder, so a second
                       `ablate run` follows a queued job instead of submitting it again
@@ -37,7 +37,7 @@ from enum import Enum, IntEnum
 from pathlib import Path
 from typing import Any
 
-from ablate.results import read_json, write_json, write_text
+from ablate.files import read_json, write_json, write_text
 
 JOB, CONFIG, METRICS, RESULT = "job.json", "config.yaml", "metrics.jsonl", "result.json"
 DIAGNOSTICS = "diagnostics.jsonl"
@@ -172,7 +172,7 @@ class MetricsTail:
 def read_diagnostics(directory: Path) -> list[dict[str, Any]]:
     """Every record of diagnostics.jsonl, by step: {"step", "seconds", "grad_norm": {sublayer: norm},
     "attention_entropy": {attention: [per head]}, "max_logit": {attention: logit},
-    "residual_norm": {layer: norm}, "logits_norm": norm} (ablate.diagnostics says what each is)."""
+    "residual_norm": {layer: norm}, "logits_norm": norm} (ablate.model.diagnostics says what each is)."""
     with contextlib.suppress(OSError):
         return parse_metrics((directory / DIAGNOSTICS).read_text(encoding="utf-8"))
     return []

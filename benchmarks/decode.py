@@ -18,7 +18,7 @@ import ablate
 from ablate.data.batches import pad
 from ablate.data.dataset import load_dataset
 from ablate.data.tokenizer import EOS, PAD
-from ablate.decoding import greedy
+from ablate.model.decoding import greedy
 
 
 def main() -> None:

@@ -15,14 +15,14 @@ from pathlib import Path
 
 import torch
 
-from ablate import checkpoints
 from ablate.data.dataset import load_dataset
 from ablate.data.tokenizer import PAD
-from ablate.evaluation import score, translate
-from ablate.job import Job
-from ablate.model import build_model
+from ablate.model.transformer import build_model
 from ablate.rundir import CHECKPOINT, read_result
-from ablate.training import native_bf16
+from ablate.train import checkpoints
+from ablate.train.evaluation import score, translate
+from ablate.train.job import Job
+from ablate.train.trainer import native_bf16
 
 
 def main() -> None:

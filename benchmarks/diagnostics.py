@@ -23,8 +23,8 @@ import ablate
 from ablate.data.batches import collate
 from ablate.data.dataset import load_dataset
 from ablate.data.tokenizer import PAD
-from ablate.diagnostics import fixed_batch, measure
-from ablate.training import VALIDATIONS, Trainer, autocast, precision_name
+from ablate.model.diagnostics import fixed_batch, measure
+from ablate.train.trainer import VALIDATIONS, Trainer, autocast, precision_name
 
 
 def main() -> None:

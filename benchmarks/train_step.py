@@ -24,10 +24,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ablate.model import build_model
+from ablate.model.spec import ModelSpec
+from ablate.model.transformer import build_model
 from ablate.parts.positions import sinusoid_table
-from ablate.spec import ModelSpec
-from ablate.training import native_bf16
+from ablate.train.trainer import native_bf16
 
 PAD = 0
 

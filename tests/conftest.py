@@ -6,8 +6,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from ablate.model import build_model
-from ablate.spec import ModelSpec
+from ablate.model.spec import ModelSpec
+from ablate.model.transformer import build_model
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -2,7 +2,7 @@
 
 import yaml
 
-from ablate.check import Expected, Reference, Tolerance, compare
+from ablate.check.reference import Expected, Reference, Tolerance, compare
 from tests.conftest import ROOT, cli
 
 TINY = ROOT / "results" / "reference" / "tiny-cpu.yaml"

@@ -6,8 +6,8 @@ import signal
 import pytest
 import torch
 
-from ablate import checkpoints
 from ablate.errors import UserError
+from ablate.train import checkpoints
 from tests.conftest import ROOT, cli, tiny_model
 from tests.test_runner import DETERMINISTIC, losses, result, start, table, wait_for_checkpoint
 
@@ -119,8 +119,8 @@ def test_averaging_needs_checkpoints(write):
 
 
 def test_averaging_changes_the_config_hash_only_when_on():
-    from ablate.experiment import load_experiment
     from ablate.rundir import config_hash
+    from ablate.sweep.experiment import load_experiment
 
     spec = load_experiment(SMOKE).baseline.spec.model_dump(mode="json")
     checkpointed = json.loads(json.dumps(spec))

@@ -8,8 +8,8 @@ import statistics
 import numpy as np
 import pytest
 
-from ablate.report import load_results, references
-from ablate.significance import bleu_scorer, bleu_statistics, delta_interval
+from ablate.report.results import load_results, references
+from ablate.report.significance import bleu_scorer, bleu_statistics, delta_interval
 from tests.conftest import ROOT, cli
 
 SMOKE = ROOT / "experiments" / "smoke.yaml"

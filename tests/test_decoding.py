@@ -8,10 +8,10 @@ from sacrebleu.metrics import BLEU
 
 from ablate.data.batches import pad
 from ablate.data.tokenizer import BOS, EOS
-from ablate.decoding import beam_search, greedy
-from ablate.model import build_model
-from ablate.spec import ModelSpec, TrainingSpec
-from ablate.training import Trainer
+from ablate.model.decoding import beam_search, greedy
+from ablate.model.spec import ModelSpec
+from ablate.model.transformer import build_model
+from ablate.train.trainer import Trainer, TrainingSpec
 
 V = 24
 

@@ -12,11 +12,11 @@ from torch import nn
 
 from ablate.data.batches import collate
 from ablate.data.tokenizer import BOS, EOS, PAD
-from ablate.diagnostics import fixed_batch, measure, probed
-from ablate.model import build_model
+from ablate.model.diagnostics import fixed_batch, measure, probed
+from ablate.model.spec import PART_FIELDS
+from ablate.model.transformer import build_model
 from ablate.registry import REGISTRY
-from ablate.spec import PART_FIELDS, TrainingSpec
-from ablate.training import Trainer
+from ablate.train.trainer import Trainer, TrainingSpec
 from tests.conftest import tiny_model, tiny_spec
 
 V = 40

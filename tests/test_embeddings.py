@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from ablate.model import build_model
+from ablate.model.transformer import build_model
 from ablate.parts.embeddings import EMBEDDING_SCALE
 from tests.conftest import tiny_spec
 

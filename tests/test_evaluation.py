@@ -7,7 +7,7 @@ from sacrebleu.metrics import BLEU, CHRF
 from ablate.data.corpus import CORPUS, data_dir
 from ablate.data.dataset import DataSpec, load_dataset
 from ablate.data.tokenizer import TokenizerSpec
-from ablate.evaluation import bucket_labels, by_length, score
+from ablate.train.evaluation import bucket_labels, by_length, score
 
 NFC = ["Ein Mädchen in einem rosa Kleid läuft über die Brücke .", "Zwei Männer spielen Fußball im Grünen ."]
 

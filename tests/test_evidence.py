@@ -8,8 +8,8 @@ import re
 
 import pytest
 
-from ablate.experiment import load_experiment
-from ablate.plan import Action, plan
+from ablate.sweep.experiment import load_experiment
+from ablate.sweep.plan import Action, plan
 from tests.conftest import ROOT, cli
 
 # Each experiment of the evidence and the seeds issue 14 asks of it at least.

@@ -3,7 +3,7 @@
 import pytest
 
 import ablate
-from ablate.model import parameter_count
+from ablate.model.transformer import parameter_count
 from tests.conftest import ROOT
 
 FILES = sorted((ROOT / "experiments").rglob("*.yaml"))

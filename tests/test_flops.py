@@ -10,11 +10,10 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from ablate.data.batches import collate
 from ablate.data.tokenizer import PAD
-from ablate.flops import FlopModel, count, peak_flops
-from ablate.model import build_model
+from ablate.model.transformer import build_model
 from ablate.parts import POSITIONS
-from ablate.spec import TrainingSpec
-from ablate.training import loss_sums
+from ablate.train.flops import FlopModel, count, peak_flops
+from ablate.train.trainer import TrainingSpec, loss_sums
 from tests.conftest import ROOT, cli, tiny_spec
 
 SMOKE = ROOT / "experiments" / "smoke.yaml"

@@ -10,13 +10,13 @@ from itertools import combinations
 
 import pytest
 
-from ablate.devices import Resources, place, resources
 from ablate.errors import UserError
-from ablate.experiment import load_experiment
-from ablate.launchers.local import LocalLauncher
-from ablate.plan import plan
-from ablate.progress import SweepView
-from ablate.runner import collect, prepare, prepare_data, write_results
+from ablate.sweep.devices import Resources, place, resources
+from ablate.sweep.experiment import load_experiment
+from ablate.sweep.launchers.local import LocalLauncher
+from ablate.sweep.plan import plan
+from ablate.sweep.progress import SweepView
+from ablate.sweep.runner import collect, prepare, prepare_data, write_results
 from tests.conftest import ROOT
 
 SMOKE = ROOT / "experiments" / "smoke.yaml"

@@ -7,10 +7,10 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from ablate.experiment import load_experiment
-from ablate.literature import literature_frame, paper_row, table3_change
-from ablate.paper import TABLE3, TABLE3_BASE
-from ablate.report import ExperimentResults, JobRecord
+from ablate.report.literature import literature_frame, paper_row, table3_change
+from ablate.report.paper import TABLE3, TABLE3_BASE
+from ablate.report.results import ExperimentResults, JobRecord
+from ablate.sweep.experiment import load_experiment
 from tests.conftest import ROOT
 
 TABLE3_YAML = ROOT / "experiments" / "table3.yaml"

@@ -4,8 +4,8 @@ import pytest
 import torch
 from torch import nn
 
-from ablate.model import build_model, count_parameters, parameter_count
-from ablate.spec import ModelSpec
+from ablate.model.spec import ModelSpec
+from ablate.model.transformer import build_model, count_parameters, parameter_count
 from tests.conftest import tiny_model, tiny_spec
 
 D, H, FF, N = 32, 4, 64, 2

@@ -192,8 +192,8 @@ def test_without_matplotlib_the_page_still_has_the_tables_and_cards(tmp_path):
 
 def test_an_empty_length_bucket_has_no_score_and_the_rest_keep_theirs(tmp_path):
     """A bucket no test sentence falls in (by_length's `bleu: None`) is a dash, not a failure of the report."""
-    from ablate.breakdown import length_frame
-    from ablate.report import load_results
+    from ablate.report.breakdown import length_frame
+    from ablate.report.results import load_results
 
     experiment = synthetic_results(tmp_path)
     for path in experiment.glob("runs/*/seed-*/result.json"):

@@ -4,8 +4,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from ablate.model.spec import PART_FIELDS
 from ablate.registry import REGISTRY
-from ablate.spec import PART_FIELDS
 from tests.conftest import tiny_model
 
 ALL_PARTS = [(slot, name) for slot in PART_FIELDS for name in REGISTRY[slot].parts]

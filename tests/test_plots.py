@@ -11,8 +11,8 @@ import xml.etree.ElementTree as ET
 import pytest
 import yaml
 
-from ablate.paper import PAPER_BASE
-from ablate.plots import smooth
+from ablate.report.paper import PAPER_BASE
+from ablate.report.plots import smooth
 from tests.conftest import cli
 
 SPLIT = "test_2016_flickr"

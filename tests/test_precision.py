@@ -7,8 +7,7 @@ import torch
 
 from ablate.data.batches import collate
 from ablate.data.tokenizer import BOS, EOS
-from ablate.spec import TrainingSpec
-from ablate.training import Trainer, autocast, native_bf16, precision_name
+from ablate.train.trainer import Trainer, TrainingSpec, autocast, native_bf16, precision_name
 from tests.conftest import ROOT, cli, tiny_model
 
 CPU = torch.device("cpu")

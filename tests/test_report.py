@@ -11,9 +11,10 @@ from html.parser import HTMLParser
 
 import pytest
 
-from ablate.paper import PAPER_BASE, paper_differences, value_at
-from ablate.report import load_results, report_frame
-from ablate.significance import paired_test
+from ablate.report.frame import report_frame
+from ablate.report.paper import PAPER_BASE, paper_differences, value_at
+from ablate.report.results import load_results
+from ablate.report.significance import paired_test
 from tests.conftest import ROOT, cli
 
 SPLIT = "test_2016_flickr"
@@ -161,7 +162,7 @@ def test_p_values_come_from_seed_matched_paired_hypotheses(results):
 
 
 def _references(exp):
-    from ablate.report import references
+    from ablate.report.results import references
 
     return references(exp.runs["baseline"][0].config, SPLIT)
 
@@ -194,7 +195,7 @@ def test_cards_list_departures_from_the_paper(results):
 
 
 def test_the_paper_base_is_what_the_spec_defaults_and_paper_recipe_say():
-    from ablate.experiment import load_experiment
+    from ablate.sweep.experiment import load_experiment
 
     config = load_experiment(ROOT / "experiments" / "paper" / "base.yaml").baseline.spec.model_dump(mode="json")
     assert paper_differences(config) == []
@@ -209,7 +210,7 @@ def test_the_paper_base_is_what_the_spec_defaults_and_paper_recipe_say():
 def test_delta_bleu_intervals_cover_seeds_and_sentences(results):
     import numpy as np
 
-    from ablate.significance import bleu_scorer, bleu_statistics, delta_interval
+    from ablate.report.significance import bleu_scorer, bleu_statistics, delta_interval
 
     exp = load_results(results)
     refs = _references(exp)
@@ -251,7 +252,7 @@ def test_length_ratio_is_each_runs_mean_over_seeds_and_needs_the_references(resu
 
 
 def test_a_note_says_when_rows_trained_on_different_devices(tmp_path):
-    from ablate.report import from_records
+    from ablate.report.results import from_records
 
     def record(run, device):
         return {"run": run, "seed": 1, "status": "completed", "device": device, "train_src_tokens_per_s": 900.0,

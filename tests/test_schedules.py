@@ -2,7 +2,7 @@
 
 import pytest
 
-from ablate.schedules import SCHEDULE
+from ablate.train.schedules import SCHEDULE
 
 
 def build(spec, d_model=512, progress=0.0):

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from ablate.significance import bleu_scorer, bleu_statistics, delta_interval
+from ablate.report.significance import bleu_scorer, bleu_statistics, delta_interval
 
 
 def mean_score(sums: np.ndarray) -> np.ndarray:
@@ -89,7 +89,7 @@ def test_bleu_statistics_sum_to_sacrebleus_corpus_bleu():
 def test_length_ratio_is_sacrebleus_ratio_and_sets_its_brevity_penalty():
     from sacrebleu.metrics import BLEU
 
-    from ablate.significance import length_ratio
+    from ablate.report.significance import length_ratio
 
     rng = np.random.default_rng(7)
     words = ["the", "a", "cat", "dog", "sat", "on", "mat", "red", "big", "small"]

@@ -10,10 +10,11 @@ from types import SimpleNamespace
 import pytest
 
 from ablate.errors import UserError
-from ablate.launchers import cluster, slurm
-from ablate.launchers.cluster import Node
-from ablate.launchers.slurm import SlurmSpec, Task, ended, resolve
 from ablate.rundir import Status
+from ablate.sweep.experiment import SlurmSpec
+from ablate.sweep.launchers import cluster, slurm
+from ablate.sweep.launchers.cluster import Node
+from ablate.sweep.launchers.slurm import Task, ended, resolve
 from tests.conftest import ROOT, cli
 
 SMOKE = ROOT / "experiments" / "smoke.yaml"

@@ -4,8 +4,7 @@ import pytest
 
 from ablate.data import tokenizer as tokenizer_module
 from ablate.data.corpus import CORPUS, data_dir
-from ablate.data.tokenizer import BOS, EOS, PAD, UNK, vocabularies
-from ablate.spec import TokenizerSpec
+from ablate.data.tokenizer import BOS, EOS, PAD, UNK, TokenizerSpec, vocabularies
 
 
 @pytest.fixture(scope="module")

@@ -6,9 +6,8 @@ import torch
 
 from ablate.data.batches import collate
 from ablate.data.tokenizer import BOS, EOS
-from ablate.model import build_model
-from ablate.spec import TrainingSpec
-from ablate.training import Trainer
+from ablate.model.transformer import build_model
+from ablate.train.trainer import Trainer, TrainingSpec
 from tests.conftest import tiny_spec
 
 V = 30

@@ -5,7 +5,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ablate.model import build_model, count_parameters
+from ablate.model.transformer import build_model, count_parameters
 from ablate.parts.norms import NORM, NORM_PLACEMENT
 from tests.conftest import cli, tiny_model, tiny_spec
 

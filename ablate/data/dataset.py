@@ -10,12 +10,12 @@ from typing import Annotated
 
 from pydantic import Field, PositiveInt, model_validator
 
+from ablate.config import Section, part
 from ablate.data.batches import Example, encode_pairs
 from ablate.data.corpus import CORPUS, data_dir
 from ablate.data.tokenizer import TokenizerSpec, Vocabulary, vocabularies
 from ablate.errors import SpecValueError
 from ablate.registry import PartSpec
-from ablate.sections import Section, part
 
 
 class DataSpec(Section):

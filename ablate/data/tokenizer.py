@@ -15,7 +15,7 @@ from pathlib import Path
 from pydantic import Field, PositiveInt
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 
-from ablate.sections import Section
+from ablate.config import Section
 
 PAD, BOS, EOS, UNK = 0, 1, 2, 3
 SPECIALS = ["<pad>", "<s>", "</s>", "<unk>"]  # ids 0..3, in this order, in every vocabulary

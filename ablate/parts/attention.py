@@ -92,7 +92,7 @@ class KV:
 
 
 class Probe(Protocol):
-    """Computes attention in place of SDPA on a diagnostic step, recording what SDPA hides (ablate.diagnostics)."""
+    """Computes attention in place of SDPA on a diagnostic step, recording what SDPA hides (model/diagnostics.py)."""
 
     def __call__(self, attention: Attention, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, is_causal: bool,
                  scale: float) -> Tensor: ...  # fmt: skip
@@ -110,7 +110,7 @@ class Attention(nn.Module):
         self.w_o = nn.Linear(heads * d_k, d_model)
         # After w_o: init_weights draws in module order, and the committed results need the same initial weights.
         self.projection = projection
-        self.probe: Probe | None = None  # set by ablate.diagnostics for the steps it measures
+        self.probe: Probe | None = None  # set by ablate.model.diagnostics for the steps it measures
 
     def split_heads(self, x: Tensor) -> Tensor:
         return x.unflatten(-1, (self.heads, self.d_k)).transpose(1, 2)  # (B, L, h*d_k) -> (B, h, L, d_k)

@@ -1,0 +1,52 @@
+"""What every spec section is built from: strict pydantic models, fields that name a registered part, and how
+a section reads as dotted keys.
+
+Every section lives beside the code that uses it (ModelSpec in model/spec.py, DataSpec in data/dataset.py,
+TokenizerSpec in data/tokenizer.py, TrainingSpec in train/trainer.py, EvaluationSpec in train/evaluation.py),
+and train/spec.py's RunSpec assembles them; they all import this, and it imports nothing of theirs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Annotated, Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from ablate.registry import Slot
+
+Probability = Annotated[float, Field(ge=0.0, lt=1.0)]
+
+
+class Section(BaseModel):
+    """A spec section: unknown keys and loose types are errors."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+
+def part(slot: Slot, default: str) -> Any:
+    """A field whose value names a part of `slot`: `learned` or `{name: learned, max_len: 512}`."""
+    return Field(default=default, validate_default=True, description=slot.description)
+
+
+def show(value: Any) -> str:
+    """A value as people read it: a part with parameters as `name(k=v)`, a list as `a, b`."""
+    if isinstance(value, dict):
+        params = ", ".join(f"{k}={v}" for k, v in value.items() if k != "name")
+        return f"{value.get('name')}({params})" if params else str(value.get("name"))
+    if isinstance(value, list | tuple):
+        return "(" + ", ".join(map(str, value)) + ")"
+    return str(value)
+
+
+def flatten(section: BaseModel | dict[str, Any], show: Callable[[Any], str] = show, prefix: str = "") -> dict[str, str]:
+    """Dotted key -> `show(value)`, for a spec section or its dump (config.yaml); a part counts as one value."""
+    items = ((n, getattr(section, n)) for n in type(section).model_fields) if isinstance(section, BaseModel) else (
+        section.items())  # fmt: skip
+    out: dict[str, str] = {}
+    for key, value in items:
+        if isinstance(value, BaseModel) or (isinstance(value, dict) and "name" not in value):
+            out |= flatten(value, show, f"{prefix}{key}.")
+        else:
+            out[f"{prefix}{key}"] = show(value)
+    return out

@@ -1,0 +1,110 @@
+"""`ablate report`: every table of an experiment computed once, then printed and written to <experiment>/report/.
+
+load       the run directories (ablate.report.results), or, with `at="best-lr"`, each run at its best rate
+tables     the comparison (frame.py), learning-rate sensitivity, BLEU by length, the paper's Table 3
+print      on the terminal, or rendered as md, csv, latex or html
+write      <experiment>/report/: every table in every format, the run cards, the plots and index.html
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+import pandas as pd
+
+from ablate.errors import UserError
+from ablate.files import write_text
+from ablate.report import figures, plots
+from ablate.report.breakdown import length_frame, optional_frame
+from ablate.report.frame import report_frame, select
+from ablate.report.literature import TITLE, literature_frame
+from ablate.report.page import page
+from ablate.report.paper import cards
+from ablate.report.results import ExperimentResults, load_results
+from ablate.report.sensitivity import at_best_lr, sensitivity_frame, swept
+from ablate.report.tables import FILES, print_table, render
+
+Table = tuple[pd.DataFrame, list[str]]  # a frame and the notes printed under it
+
+
+@dataclass
+class Report:
+    """One experiment's tables, each computed once."""
+
+    exp: ExperimentResults  # the rows of the comparison (each run at its best rate with at="best-lr")
+    source: ExperimentResults  # every run as trained: what the cards, plots and the other tables read
+    title: str
+    frame: pd.DataFrame  # the comparison as asked for (--columns, --sort)
+    notes: list[str]
+    lr: Table | None  # learning-rate sensitivity, in a learning-rate sweep
+    against: Table | None  # each row beside the paper's Table 3, where a run changes one of its settings
+
+
+def build(directory: Path, test: str = "bs", at: Literal["all", "best-lr"] = "all", columns: list[str] | None = None,
+          sort: str | None = None, reverse: bool = False) -> Report:  # fmt: skip
+    """Reads one experiment's results and computes its tables."""
+    source = exp = load_results(directory)
+    lr = sensitivity_frame(source) if swept(source) else None
+    if at == "best-lr":
+        if lr is None:
+            raise UserError(f"--at best-lr: {directory} holds no learning-rate sweep (set lr_sweep, or "
+                            "ablate run --lr-sweep)")  # fmt: skip
+        exp = at_best_lr(source)
+    full, notes = report_frame(exp, test)
+    optional = optional_frame(exp) if columns or sort else None  # it reads every diagnostics.jsonl
+    frame = select(full, columns, sort, reverse, optional)
+    title = f"{exp.name} ({directory})" + (", each run at its best learning rate" if at == "best-lr" else "")
+    return Report(exp, source, title, frame, notes, lr, literature_frame(exp, full))
+
+
+def print_report(console, report: Report, compact: bool = True) -> None:
+    """The comparison on the terminal (`compact`: its main columns), then the learning-rate and the paper's tables."""
+    print_table(console, report.title, report.frame, report.notes, compact)
+    if report.lr is not None:
+        print_table(console, f"{report.exp.name}: learning-rate sensitivity", *report.lr)
+    if report.against is not None:
+        print_table(console, f"{report.exp.name}: {TITLE}", *report.against)
+
+
+def render_all(reports: list[Report], fmt: str) -> str:
+    """Every comparison in one format; csv is one table, its rows told apart by an `experiment` column."""
+    if fmt != "csv":
+        return "".join(render(fmt, r.frame, r.title, r.notes) for r in reports)
+    chunks = [render("csv", r.frame.assign(experiment=r.exp.name)[["experiment", *r.frame.columns]], r.title, [])
+              for r in reports]  # fmt: skip
+    return "".join(chunks[:1] + ["".join(c.splitlines(keepends=True)[1:]) for c in chunks[1:]])  # the header once
+
+
+def write_report(report: Report) -> list[Path]:
+    """<experiment>/report/: the table in every file format, the run cards, the plots and, last, index.html."""
+    exp, frame, notes = report.source, report.frame, report.notes
+    folder = exp.directory / "report"
+    files = {name: render(fmt, frame, report.title, notes) for fmt, name in FILES.items()} | {"cards.md": cards(exp)}
+    tables = [("Comparison", frame, notes)]  # what the page shows: a heading, a table, its notes
+    if report.lr is not None:  # the learning-rate table beside the main one: lr.md, lr.csv, ...
+        lr_frame, lr_notes = report.lr
+        files |= {f"lr.{name.split('.')[1]}": render(fmt, lr_frame, f"{exp.name}: learning-rate sensitivity",
+                                                     lr_notes) for fmt, name in FILES.items()}  # fmt: skip
+        tables.append(("Learning-rate sensitivity", lr_frame, lr_notes))
+    lengths = length_frame(exp)
+    if lengths is not None:  # length.md and length.csv
+        length_table, length_notes = lengths
+        files |= {f"length.{fmt}": render(fmt, length_table, f"{exp.name}: BLEU by source length", length_notes)
+                  for fmt in ("md", "csv")}  # fmt: skip
+        tables.append(("BLEU by source length", length_table, length_notes))
+    if report.against is not None:  # paper.md, paper.csv, ...: each row beside the paper's Table 3
+        paper_table, paper_notes = report.against
+        files |= {f"paper.{name.split('.')[1]}": render(fmt, paper_table, f"{exp.name}: {TITLE}", paper_notes)
+                  for fmt, name in FILES.items()}  # fmt: skip
+        tables.append((TITLE[0].upper() + TITLE[1:], paper_table, paper_notes))
+    for name, content in files.items():
+        write_text(folder / name, content)
+    written = [folder / name for name in files]
+    if figures.available():
+        written += plots.write_plots(exp, folder)
+    svgs = [p for p in written if p.suffix == ".svg"]
+    absent = "nothing to plot" if figures.available() else "matplotlib is not installed"
+    write_text(folder / "index.html", page(report.title, tables, files["cards.md"], svgs, absent))
+    return [*written, folder / "index.html"]

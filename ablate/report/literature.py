@@ -1,0 +1,129 @@
+"""Our rows beside the paper's: each run that changes one setting Vaswani et al. varied in their Table 3,
+with the paper's change in the same direction and whether ours agrees.
+
+A run matches when its resolved spec differs from its reference (the baseline) in exactly one such
+setting (d_k = d_model / heads following heads or d_model counts as no change of its own; `layers` is
+the encoder's and decoder's depth changed together). Our base is not the paper's, so the paper's
+row is chosen by direction: among the values the paper tried on the same side of its base, the one
+whose ratio to the paper's base is nearest ours to our baseline (on a tie, the one that is our value;
+where a value is 0, the paper's row of that value). The paper's change is that row against its base
+model.
+
+A direction is `better`, `worse` or `≈`: the paper's when its BLEU moved by more than 0.1 (the
+precision it reports), ours when the 95% interval of ΔBLEU (ablate.report.significance: paired bootstrap
+over sentences, and seeds where there are several) excludes zero.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import pandas as pd
+
+from ablate.config import flatten
+from ablate.report.paper import TABLE3, TABLE3_BASE
+from ablate.report.results import ExperimentResults
+from ablate.rundir import BOOKKEEPING
+
+TITLE = "against the paper (Vaswani et al. 2017, Table 3)"
+IGNORED = {"training.seed", *(f"{section}.{key}" for section, key in BOOKKEEPING)}
+COLUMNS = ["run", "row", "change", "paper", "paper ΔBLEU", "paper ΔPPL", "paper says", "ΔBLEU", "ΔBLEU lo",
+           "ΔBLEU hi", "ΔPPL", "we find", "agrees"]  # fmt: skip
+
+
+def table3_change(base: dict[str, Any], config: dict[str, Any]) -> tuple[str, str, str] | None:
+    """(Table 3 setting, the baseline's value, this run's) when the run changes that setting alone."""
+    a, b = flatten(base), flatten(config)
+    changed = {k for k in a.keys() | b.keys() if a.get(k) != b.get(k) and k not in IGNORED}
+
+    def follows(flat: dict[str, str]) -> bool:  # d_k is d_model / heads: it followed them
+        return int(flat["model.d_k"]) == int(flat["model.d_model"]) // int(flat["model.heads"])
+
+    if "model.d_k" in changed and changed & {"model.heads", "model.d_model"} and follows(a) and follows(b):
+        changed.discard("model.d_k")
+    depth = {"model.encoder_layers", "model.decoder_layers"}
+    if changed == depth and a[min(depth)] == a[max(depth)] and b[min(depth)] == b[max(depth)]:
+        return "layers", a["model.encoder_layers"], b["model.encoder_layers"]
+    if len(changed) != 1 or (key := changed.pop()) not in TABLE3:
+        return None
+    return key, a.get(key, "-"), b.get(key, "-")
+
+
+def paper_row(key: str, ours_from: str, ours_to: str) -> tuple[Any, float, float] | None:
+    """The paper's row that changes `key` as we did (see the module's docstring), or None."""
+    rows = TABLE3[key][1]
+    base = TABLE3_BASE[key]
+    if isinstance(base, str):
+        return next((r for r in rows if r[0] == ours_to), None)
+    ours, theirs = float(ours_to), float(ours_from)
+    side = [r for r in rows if (r[0] - base) * (ours - theirs) > 0]
+    if not side:
+        return None
+    if ours <= 0 or theirs <= 0:  # no ratio to compare (a dropout of 0): the paper's row of that value
+        return next((r for r in side if r[0] == ours), None)
+
+    def distance(row: tuple[Any, float, float]) -> tuple[float, bool, float]:  # ties: our value, else the bolder
+        gap = round(abs(math.log(row[0] / base) - math.log(ours / theirs)), 9) if row[0] > 0 else math.inf
+        return gap, row[0] != ours, -abs(math.log(row[0] / base)) if row[0] > 0 else 0.0
+
+    return min(side, key=distance)
+
+
+def direction(low: float | None, high: float | None) -> str:
+    if low is None or high is None:
+        return "?"
+    return "better" if low > 0 else "worse" if high < 0 else "≈"
+
+
+def paper_direction(delta: float) -> str:
+    return "better" if delta > 0.1 + 1e-9 else "worse" if delta < -0.1 - 1e-9 else "≈"
+
+
+def literature_frame(exp: ExperimentResults, frame: pd.DataFrame) -> tuple[pd.DataFrame, list[str]] | None:
+    """A row for each run that matches a Table 3 row (its ΔBLEU and interval from the report's `frame`)."""
+    rows = []
+    by_run = frame.set_index("run")
+    for run, jobs in exp.runs.items():
+        reference = exp.runs.get(exp.reference(run), [])
+        if run == exp.reference(run) or not jobs or not reference or run not in by_run.index:
+            continue
+        change = table3_change(reference[0].config, jobs[0].config)
+        if change is None:
+            continue
+        key, ours_from, ours_to = change
+        row = paper_row(key, ours_from, ours_to)
+        if row is None:
+            continue
+        base = next(r for r in TABLE3[key][1] if r[0] == TABLE3_BASE[key])
+        mine = by_run.loc[run]
+        low, high = mine.get("ΔBLEU lo"), mine.get("ΔBLEU hi")
+        low, high = (None if pd.isna(v) else float(v) for v in (low, high))
+        ppl, base_ppl = mine.get("valid ppl"), by_run.loc[exp.reference(run)].get("valid ppl")
+        ours = direction(low, high)
+        says = paper_direction(row[1] - base[1])
+        name = "N" if key == "layers" else key.split(".")[-1]
+        rows.append({
+            "run": run, "row": TABLE3[key][0], "change": f"{name} {ours_from} → {ours_to}",
+            "paper": f"{name} {base[0]} → {row[0]}: {base[1]} → {row[1]} BLEU",
+            "paper ΔBLEU": round(row[1] - base[1], 2), "paper ΔPPL": round(row[2] - base[2], 2), "paper says": says,
+            "ΔBLEU": mine.get("ΔBLEU"), "ΔBLEU lo": low, "ΔBLEU hi": high,
+            "ΔPPL": None if ppl is None or base_ppl is None or pd.isna(ppl) or pd.isna(base_ppl)
+            else round(float(ppl) - float(base_ppl), 2),
+            "we find": ours, "agrees": "?" if ours == "?" else "yes" if ours == says else "no",
+        })  # fmt: skip
+    if not rows:
+        return None
+    out = pd.DataFrame(rows, columns=COLUMNS, dtype=object)
+    agree = sum(r["agrees"] == "yes" for r in rows)
+    notes = [
+        f"{agree} of {len(rows)} rows go the paper's way. The paper: Vaswani et al. 2017, Table 3 (WMT14 en-de, "
+        "newstest2013 dev BLEU and perplexity, 100K steps of a 65M model), each row against its base model; "
+        "ours against this experiment's baseline.",
+        "paper says / we find: better or worse when BLEU moved by more than 0.1 (the paper) or when the 95% "
+        "interval of ΔBLEU excludes zero (ours); ≈ otherwise. ΔPPL: validation perplexity, lower is better; "
+        "ours is the NLL a subword without label smoothing.",
+    ]  # fmt: skip
+    if (out["we find"] == "?").any():
+        notes.append("?: no ΔBLEU interval (the test references were not readable when the report was made)")
+    return out, notes

@@ -1,0 +1,127 @@
+"""What a report reads: the run directories of an experiment, or the records a sweep holds in memory.
+
+Every file is read through ablate.rundir; torch is never imported.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import yaml
+
+from ablate.errors import UserError
+from ablate.files import read_json
+from ablate.rundir import CONFIG, RESULT, Status, read_diagnostics, read_hypotheses, read_metrics, seed_dirs
+
+
+@dataclass
+class JobRecord:
+    """One job's files: what it measured, its resolved spec, where its logs are."""
+
+    directory: Path
+    result: dict[str, Any]
+    config: dict[str, Any]
+    _hypotheses: dict[str, list[str] | None] = field(default_factory=dict, repr=False)
+
+    @property
+    def ok(self) -> bool:
+        return self.result.get("status") == Status.COMPLETED
+
+    def hypotheses(self, split: str) -> list[str] | None:
+        """The split's translations, read once (the report compares a job with several others)."""
+        if split not in self._hypotheses:
+            self._hypotheses[split] = read_hypotheses(self.directory, split)
+        return self._hypotheses[split]
+
+    def metrics(self) -> list[dict[str, Any]]:
+        return read_metrics(self.directory)
+
+    def diagnostics(self) -> list[dict[str, Any]]:
+        return read_diagnostics(self.directory)
+
+
+@dataclass
+class ExperimentResults:
+    name: str
+    directory: Path
+    runs: dict[str, list[JobRecord]] = field(default_factory=dict)  # run -> its seeds, the baseline first
+
+    @property
+    def baseline(self) -> list[JobRecord]:
+        return self.runs.get("baseline", [])
+
+    def reference(self, run: str) -> str:
+        """The run a row is compared with: the baseline; in a learning-rate sweep, the baseline at the same rate."""
+        lr = next((j.result["lr"] for j in self.runs.get(run, []) if j.result.get("lr") is not None), None)
+        if lr is not None:
+            for name, jobs in self.runs.items():
+                if any(j.result.get("arm") == "baseline" and j.result.get("lr") == lr for j in jobs):
+                    return name
+        return "baseline"
+
+    def split(self) -> str | None:
+        """The test split the table reports: the first the baseline (or any run) was scored on."""
+        for jobs in [self.baseline, *self.runs.values()]:
+            for job in jobs:
+                if job.result.get("scores"):
+                    return next(iter(job.result["scores"]))
+        return None
+
+
+def from_records(name: str, directory: Path, records: list[dict[str, Any]]) -> ExperimentResults:
+    """Results a sweep holds in memory (one record a job, the baseline's first), as if read from files."""
+    exp = ExperimentResults(name, directory)
+    for record in records:
+        exp.runs.setdefault(record["run"], []).append(JobRecord(directory, record, {}))
+    return exp
+
+
+def find_experiments(path: Path) -> list[Path]:
+    """RESULTS_DIR itself when it holds runs/, else each of its subdirectories that does."""
+    if not path.is_dir():
+        raise UserError(f"{path}: no such directory")
+    if (path / "runs").is_dir():
+        return [path]
+    found = sorted(p for p in path.iterdir() if (p / "runs").is_dir())
+    if not found:
+        raise UserError(f"{path}: no results found (expected <experiment>/runs/<run>/seed-<n>/result.json below it)")
+    return found
+
+
+def load_results(directory: Path) -> ExperimentResults:
+    """Every job with a result.json; runs in the order of summary.csv when there is one, the baseline first."""
+    runs: dict[str, list[JobRecord]] = {}
+    for run_dir in sorted((directory / "runs").iterdir()):
+        for seed_dir in seed_dirs(run_dir):
+            if not (seed_dir / RESULT).is_file():
+                continue
+            try:
+                result = read_json(seed_dir / RESULT)
+                config = yaml.safe_load((seed_dir / CONFIG).read_text(encoding="utf-8")) or {}
+            except (OSError, ValueError, yaml.YAMLError) as error:
+                raise UserError(f"{seed_dir}: unreadable result: {error}") from None
+            runs.setdefault(run_dir.name, []).append(JobRecord(seed_dir, result, config))
+    order = ["baseline", *_summary_order(directory)]
+    ranked = sorted(runs, key=lambda r: (order.index(r) if r in order else len(order), r))
+    name = next((jobs[0].result.get("experiment") for jobs in runs.values() if jobs), None) or directory.name
+    return ExperimentResults(name, directory, {r: runs[r] for r in ranked})
+
+
+def _summary_order(directory: Path) -> list[str]:
+    with contextlib.suppress(OSError, pd.errors.ParserError, KeyError, pd.errors.EmptyDataError):
+        return list(pd.read_csv(directory / "summary.csv")["run"].astype(str))
+    return []
+
+
+def references(config: dict[str, Any], split: str) -> list[str]:
+    """The test split's reference translations, read from the corpus as the run read them."""
+    from ablate.data.corpus import CORPUS, data_dir
+
+    data = config["data"]
+    corpus = CORPUS.build(CORPUS.parse(data["corpus"]), root=data_dir(data.get("data_dir")))
+    pairs = corpus.read(split, data["source"], data["target"])
+    return [target for _, target in (pairs[: data["max_pairs"]] if data.get("max_pairs") else pairs)]

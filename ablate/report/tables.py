@@ -1,0 +1,147 @@
+"""The comparison table as people read it: cells, and the file formats (md, csv, latex, html) and terminal.
+
+ablate.report builds the table (a pandas frame, numbers for csv); this module renders it.
+"""
+
+from __future__ import annotations
+
+import html
+import math
+from typing import Any
+
+import pandas as pd
+
+TEXT_COLUMNS = {"run", "differs", "device", "precision", "status", "note", "GPU ids", "CI over", "budget", "rates",
+                "diverged at"}  # fmt: skip  # left-aligned; the rest numbers
+FILES = {"md": "table.md", "csv": "table.csv", "latex": "table.tex", "html": "table.html"}  # format -> report/ file
+FORMATS = ("terminal", *FILES)  # what `ablate report --format` takes
+TWO_DECIMALS = {"BLEU", "BLEU std", "chrF", "valid ppl", "max logit end", "logits norm end"}
+
+
+def cell(column: str, value: Any, row: dict[str, Any]) -> str:
+    """A value as a reader sees it: BLEU with its spread, signed differences, ratios, thousands."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "-"
+    if column == "BLEU" and row.get("BLEU std") is not None:
+        return f"{value:.2f} ± {row['BLEU std']:.2f}"
+    if column == "ΔBLEU":
+        text = _signed(value)
+        if row.get("ΔBLEU lo") is not None:
+            low, high = row["ΔBLEU lo"], row["ΔBLEU hi"]
+            text += f" [{_signed(low)}, {_signed(high)}]" + ("*" if low > 0 or high < 0 else "")
+        return text
+    if column == "p":
+        return "< 0.001" if value < 0.001 else f"{value:.3f}"
+    if column == "tok/s vs baseline":
+        return f"{value:.2f}×"
+    if column == "MFU":
+        return f"{100 * value:.1f}%"
+    if isinstance(value, float) and (column in TWO_DECIMALS or column.startswith("BLEU ")):  # `BLEU 31+`
+        return f"{value:.2f}"
+    if isinstance(value, float) and column in ("valid loss", "entropy end"):
+        return f"{value:.3f}"
+    if isinstance(value, int | float) and not isinstance(value, bool) and column in ("params", "train tok/s"):
+        return f"{value:,.0f}"
+    return str(value)
+
+
+def _signed(value: float) -> str:
+    return f"{value:+.2f}".replace("-", "−")  # a minus sign, not a hyphen
+
+
+FOLDED = {"BLEU std": "BLEU", "ΔBLEU lo": "ΔBLEU", "ΔBLEU hi": "ΔBLEU"}  # shown inside another column's cell
+
+
+def display(frame: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
+    """Header and cells for people; the std is folded into BLEU, the interval into ΔBLEU."""
+    columns = [c for c in frame.columns if FOLDED.get(c) not in frame.columns]
+    rows = []
+    for record in frame.to_dict("records"):
+        rows.append([cell(c, record[c], record) for c in columns])
+    return columns, rows
+
+
+def to_markdown(frame: pd.DataFrame) -> str:
+    columns, rows = display(frame)
+    lines = ["| " + " | ".join(columns) + " |", "|" + "".join("---|" if c in TEXT_COLUMNS else "--:|" for c in columns)]
+    lines += ["| " + " | ".join(r) + " |" for r in rows]
+    return "\n".join(lines) + "\n"
+
+
+LATEX_ESCAPES = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_",
+                 "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}"}  # fmt: skip
+LATEX_SYMBOLS = {"±": r"$\pm$", "Δ": r"$\Delta$", "×": r"$\times$", "−": r"$-$", "<": r"$<$", ">": r"$>$"}
+
+
+def latex_escape(text: str) -> str:
+    out = "".join(LATEX_ESCAPES.get(ch, ch) for ch in text)
+    for symbol, command in LATEX_SYMBOLS.items():
+        out = out.replace(symbol, command)
+    return out
+
+
+def to_latex(frame: pd.DataFrame) -> str:
+    """A booktabs tabular, ready for \\input inside a table environment (needs \\usepackage{booktabs})."""
+    columns, rows = display(frame)
+    align = "".join("l" if c in TEXT_COLUMNS else "r" for c in columns)
+    lines = [f"\\begin{{tabular}}{{{align}}}", r"\toprule", " & ".join(latex_escape(c) for c in columns) + r" \\",
+             r"\midrule"]  # fmt: skip
+    lines += [" & ".join(latex_escape(v) for v in r) + r" \\" for r in rows]
+    lines += [r"\bottomrule", r"\end{tabular}"]
+    return "\n".join(lines) + "\n"
+
+
+def to_html(frame: pd.DataFrame, title: str, notes: list[str]) -> str:
+    columns, rows = display(frame)
+    head = "".join(f"<th>{html.escape(c)}</th>" for c in columns)
+    body = "\n".join("<tr>" + "".join(f"<td>{html.escape(v)}</td>" for v in r) + "</tr>" for r in rows)
+    caption = html.escape(title) + "".join(f"<br><small>{html.escape(n)}</small>" for n in notes)
+    return (f'<table class="ablate">\n<caption>{caption}</caption>\n<thead><tr>{head}</tr></thead>\n'
+            f"<tbody>\n{body}\n</tbody>\n</table>\n")  # fmt: skip
+
+
+def to_csv(frame: pd.DataFrame) -> str:
+    return frame.to_csv(index=False)
+
+
+def render(fmt: str, frame: pd.DataFrame, title: str, notes: list[str]) -> str:
+    """The table in a file format, with its title and notes where the format has room for them."""
+    if fmt == "md":
+        return f"## {title}\n\n{to_markdown(frame)}\n" + "".join(f"{note}  \n" for note in notes)
+    if fmt == "latex":
+        return f"% {title}\n" + "".join(f"% {note}\n" for note in notes) + to_latex(frame)
+    if fmt == "html":
+        return to_html(frame, title, notes)
+    return to_csv(frame)
+
+
+# What the terminal shows unless asked for more (`ablate report --columns all`): what a reader needs first, in
+# at most TERMINAL_WIDTH characters; the files (md, csv, latex, html) keep every column.
+TERMINAL = ["run", "differs", "BLEU", "BLEU std", "n", "ΔBLEU", "ΔBLEU lo", "ΔBLEU hi", "valid loss", "train tok/s",
+            "peak MiB", "status"]  # fmt: skip
+TERMINAL_WIDTH = 120
+
+
+def print_table(console, title: str, frame: pd.DataFrame, notes: list[str], compact: bool = False) -> None:
+    """The table on a terminal (rich), its notes under it; brackets such as `[lo, hi]` are text, not markup.
+
+    `compact`: TERMINAL's columns alone, wrapped to fit TERMINAL_WIDTH characters, and a note of what is left out.
+    """
+    from rich import box
+    from rich.markup import escape
+    from rich.table import Table
+
+    hidden = [c for c in frame.columns if c not in TERMINAL and FOLDED.get(c) not in TERMINAL] if compact else []
+    columns, rows = display(frame[[c for c in frame.columns if c not in hidden]])
+    table = Table(title=escape(title), title_justify="left", box=box.SIMPLE_HEAD if compact else box.HEAVY_HEAD)
+    for column in columns:
+        table.add_column(escape(column), justify="left" if column in TEXT_COLUMNS else "right",
+                         overflow="fold")  # fmt: skip
+    for row in rows:
+        table.add_row(*map(escape, row))
+    console.print(table, width=min(console.width, TERMINAL_WIDTH) if compact else None)
+    for note in notes:
+        console.print(f"  {escape(note)}", highlight=False)
+    if hidden:
+        console.print(f"  Not shown here: {', '.join(hidden)} (--columns all shows every column; the md, csv and "
+                      "html files keep them).", highlight=False)  # fmt: skip

@@ -1,0 +1,260 @@
+"""`ablate run`: a sweep reads as plan, prepare, launch, collect.
+
+plan      what each job (run x seed) needs, from its run directory (ablate.sweep.plan)
+prepare   corpora checked, vocabularies trained once, run directories made ready, job.json written
+launch    a launcher trains the jobs (ablate.sweep.launchers: local processes, torchrun, Slurm)
+collect   every job's result, this sweep's or an earlier one's, in summary.md and summary.csv
+
+A job that another experiment (or this one) already trained with the same spec and seed is copied,
+not trained (ablate.sweep.plan's REUSE); `--fresh` trains it again.
+
+Running the same command again skips what is done, resumes what was interrupted from its last
+checkpoint, re-runs what the spec has changed since (keeping the old result aside) and runs the rest.
+"""
+
+from __future__ import annotations
+
+import shutil
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ablate.errors import UserError, did_you_mean
+from ablate.files import write_text
+from ablate.report.tables import print_table
+from ablate.rundir import (
+    FINISHED,
+    RESULT,
+    Exit,
+    Status,
+    checkpoint_step,
+    read_result,
+    reuse,
+    stale_path,
+    stored_hash,
+    truncate_metrics,
+)
+from ablate.sweep.devices import device_kind, resources
+from ablate.sweep.experiment import Experiment
+from ablate.sweep.launchers import Interrupted, Launcher, Outcomes
+from ablate.sweep.plan import DRY_RUN_COLUMNS, Action, Planned, dry_run_rows, plan
+from ablate.sweep.progress import SweepView
+from ablate.train import distributed
+from ablate.train.job import Job
+
+
+@dataclass
+class Options:
+    """How `ablate run` trains a sweep (its flags)."""
+
+    results: Path = Path("results")
+    seeds: int | list[int] | None = None
+    only: list[str] = field(default_factory=list)
+    fresh: bool = False
+    device: str | None = None  # None: training.device of the baseline spec
+    gpus_per_run: int | None = None  # None: 1 locally; with Slurm, what the spec's device and the cluster say
+    tensorboard: Path | None = None
+    launcher: str = "local"
+    slurm: dict[str, Any] = field(default_factory=dict)  # flags over the experiment's slurm settings
+    wait: bool = True
+
+
+Summary = tuple[list[dict[str, Any]], Any, list[str]]  # result records in plan order, the table, its notes
+
+
+def run(experiments: list[Experiment], options: Options, console) -> int:
+    """`ablate run`: each experiment's sweep, then its table; the exit code (0 all done, 1 some runs failed, 130
+    interrupted: the same command resumes)."""
+    failed, interrupted = [], []
+    for experiment in experiments:
+        try:
+            rows, frame, notes = sweep(experiment, options, console)
+        except Interrupted as stop:
+            raise Interrupted(f"{stop}: ablate run {' '.join(str(e.path) for e in experiments)} ...") from None
+        if not rows:
+            continue  # a rank other than 0 under torchrun, or jobs left running on the cluster
+        print_table(console, f"{experiment.name}: {experiment.description}", frame, notes, compact=True)
+        console.print(f"written: {options.results / experiment.name / 'summary.md'} and summary.csv", highlight=False)
+        failed += [f"{experiment.name}/{r['run']}/seed-{r['seed']}: {r.get('error', '')}"
+                   for r in rows if r["status"] == Status.FAILED]  # fmt: skip
+        # stopped in this sweep from outside (Slurm's scancel): its row says by what, in `error`; a run an
+        # earlier sweep left resumable, and this one did not train (--only), has no error and does not count
+        interrupted += [f"{experiment.name}/{r['run']}/seed-{r['seed']}: {r['error']}"
+                        for r in rows if r["status"] == Status.INTERRUPTED and r.get("error")]  # fmt: skip
+    if failed:
+        print("failed runs:\n  " + "\n  ".join(failed), file=sys.stderr)
+        return Exit.FAILED
+    if interrupted:  # resumable, but not done
+        print("interrupted runs (the same command resumes them):\n  " + "\n  ".join(interrupted), file=sys.stderr)
+        return Exit.INTERRUPTED
+    return Exit.COMPLETED
+
+
+def check_only(experiments: list[Experiment], only: list[str]) -> None:
+    """Every name `--only` gives is a run (or, in a learning-rate sweep, an arm) of each experiment."""
+    for experiment in experiments:
+        names = list(dict.fromkeys([*experiment.arms, *(run.name for run in experiment.runs)]))
+        for name in only:
+            if name not in names:
+                raise UserError(f"--only: {experiment.path} has no run '{name}'{did_you_mean(name, names)} "
+                                f"(runs: {', '.join(names)})")  # fmt: skip
+
+
+def dry_run(experiments: list[Experiment], options: Options, console) -> int:
+    """`--dry-run`: every planned job, what it changes, its size and what running it now would do."""
+    from rich.table import Table
+
+    for experiment in experiments:
+        planned = plan(experiment, options.results, options.seeds, options.fresh, options.only)
+        table = Table(title=f"{experiment.path}: {experiment.name}, {len(planned)} job(s), nothing trained "
+                      "(--dry-run)", title_justify="left")  # fmt: skip
+        for column in DRY_RUN_COLUMNS:
+            table.add_column(column, justify="right" if column in ("params", "seed", "steps") else "left")
+        for row in dry_run_rows(experiment, planned):
+            table.add_row(*row)
+        console.print(table)
+        console.print("  params at the nominal vocabulary size of tokenizer.vocab_size", highlight=False)
+    return Exit.COMPLETED
+
+
+def sweep(experiment: Experiment, options: Options, console) -> Summary:
+    """Plans, prepares, launches and collects one experiment; returns its records and table (none on ranks > 0)."""
+    launcher = make_launcher(experiment, options)
+    planned = plan(experiment, options.results, options.seeds, options.fresh)  # every run goes in the summary
+    selected = [p for p in planned if not options.only or {p.job.run, p.job.arm} & set(options.only)]
+    training = [p for p in selected if p.trains]
+    rank0 = distributed.rank() == 0
+    say = console.print if rank0 else (lambda *a, **k: None)
+    runs = len({p.job.run for p in planned})
+    say(f"{experiment.path}: {experiment.name}, {runs} runs x {len(planned) // max(runs, 1)} seed(s), "
+        f"{len(training)} to train on {launcher.describe()} -> {options.results / experiment.name}",
+        highlight=False)  # fmt: skip
+    for p in selected:
+        if p.detail:
+            say(f"  {p.job.label}: {p.detail}", highlight=False)
+    if rank0:
+        prepare_data([p.job for p in training])
+        for p in training:
+            prepare(p, options.tensorboard)
+    distributed.barrier()
+    if rank0:
+        reuse_finished(selected, options.results)  # what finished elsewhere: before training anything
+    jobs = [p.job for p in training]
+    # Jobs another process trains: a Slurm launcher follows those its cluster runs (an earlier `ablate run`'s)
+    busy = [p.job for p in selected if p.action == Action.BUSY] if getattr(launcher, "follows_busy", False) else []
+    view = SweepView(console, jobs + busy, len(selected) - len(training) - len(busy)) if rank0 else _Silent()
+    try:
+        outcomes = launcher.launch(jobs, view, busy) if busy else launcher.launch(jobs, view)
+    except Interrupted:  # the workers saved their checkpoints: the table says what stands
+        view.close()
+        if rank0:
+            write_results(experiment, options.results, planned, {})
+        raise
+    finally:
+        view.close()
+    if outcomes is None or not rank0:
+        return [], None, []  # left running on the cluster, or a rank that only trained
+    reuse_finished(selected, options.results)  # what trained in this sweep
+    return write_results(experiment, options.results, planned, outcomes)
+
+
+def make_launcher(experiment: Experiment, options: Options) -> Launcher:
+    """The launcher the flags ask for; under torchrun, every rank trains in this process."""
+    device = options.device or device_kind(experiment.baseline.spec.training.device)
+    if distributed.launched():
+        from ablate.sweep.launchers.torchrun import TorchrunLauncher
+
+        return TorchrunLauncher(device)
+    if options.launcher == "local":
+        from ablate.sweep.launchers.local import LocalLauncher
+
+        return LocalLauncher(resources(device, options.gpus_per_run or 1))
+    from ablate.sweep.experiment import SlurmSpec, slurm_settings
+    from ablate.sweep.launchers.slurm import SlurmLauncher
+
+    folder = options.results / experiment.name / "slurm"
+    return SlurmLauncher(options.launcher, slurm_settings(experiment.slurm or SlurmSpec(), dict(options.slurm)), folder,
+                         device, options.wait)  # fmt: skip
+
+
+def prepare(planned: Planned, tensorboard: Path | None = None) -> None:
+    """Makes the run directory ready for its action: stale results set aside, leftovers cleared, job.json written."""
+    job, d = planned.job, planned.job.directory
+    if tensorboard is not None:
+        job.tensorboard = str(tensorboard / job.experiment / job.run / f"seed-{job.seed}")
+    if planned.action == Action.FRESH:
+        shutil.rmtree(d)
+    elif planned.action == Action.RERUN:
+        stale = stale_path(d)
+        d.rename(stale)
+        job.note = f"re-run: the spec changed since the earlier result, kept in {stale.name}"
+    elif planned.action == Action.RETRY:
+        (d / RESULT).unlink(missing_ok=True)
+    if d.is_dir():  # the live view reads these logs before the worker starts: only what the run resumes from
+        truncate_metrics(d, checkpoint_step(d, job.config_hash))
+    job.save()
+
+
+def reuse_finished(planned: list[Planned], results: Path) -> None:
+    """Copies the result of every REUSE job whose source has finished (see rundir.reuse)."""
+    for p in planned:
+        if p.action != Action.REUSE or p.source is None:
+            continue
+        source = read_result(p.source)
+        if source is None or source.get("status") not in FINISHED:
+            continue
+        d = p.job.directory
+        if d.is_dir() and stored_hash(d) not in (None, p.job.config_hash):
+            d.rename(stale_path(d))
+        p.job.save()
+        reuse(p.source, d, p.job.record(), results)
+
+
+def prepare_data(jobs: list[Job]) -> None:
+    """Checks each corpus (downloading what is missing) and trains each vocabulary once, before any worker."""
+    from ablate.data.dataset import load_dataset
+
+    prepared = set()
+    for job in jobs:
+        spec = job.run_spec()
+        key = (spec.data.model_dump_json(), spec.tokenizer.model_dump_json())
+        if key not in prepared:
+            prepared.add(key)
+            load_dataset(spec.data, spec.tokenizer)
+
+
+def collect(planned: list[Planned], outcomes: Outcomes) -> list[dict[str, Any]]:
+    """The result of every job in plan order: this sweep's, or what the run directory held."""
+    rows = []
+    for p in planned:
+        result = outcomes.get(p.job.label) or read_result(p.job.directory)
+        if result is None or result.get("config_hash", p.job.config_hash) != p.job.config_hash:
+            resumable = checkpoint_step(p.job.directory, p.job.config_hash) is not None
+            status = (Status.RUNNING_ELSEWHERE if p.action == Action.BUSY
+                      else Status.INTERRUPTED if resumable else Status.NOT_RUN)  # fmt: skip
+            result = {"run": p.job.run, "seed": p.job.seed, "describe": p.job.describe, "status": status}
+        rows.append(result)
+    return rows
+
+
+def write_results(experiment: Experiment, results: Path, planned: list[Planned], outcomes: Outcomes) -> Summary:
+    """summary.md and summary.csv: the report's table of every job, without significance tests."""
+    from ablate.report.frame import report_frame
+    from ablate.report.results import from_records
+    from ablate.report.tables import render
+
+    rows = collect(planned, outcomes)
+    root = results / experiment.name
+    frame, notes = report_frame(from_records(experiment.name, root, rows), test="none")
+    title = f"{experiment.name}: {experiment.description}"
+    write_text(root / "summary.md", render("md", frame, title, notes))
+    write_text(root / "summary.csv", render("csv", frame, title, notes))
+    return rows, frame, notes
+
+
+class _Silent:
+    """The view of ranks other than 0: they train, rank 0 reports."""
+
+    def __getattr__(self, name: str) -> Any:
+        return lambda *args, **kwargs: None

@@ -1,0 +1,143 @@
+"""Spec files as data: YAML read strictly, plugins imported, mappings merged, dotted keys set.
+
+Used by experiment files (ablate.sweep.experiment) and by every job that re-validates its spec in a worker
+(ablate.train.job). Every problem is a SpecError naming the file, the key and what is wrong.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel
+
+from ablate.errors import Issue, SpecError, dotted, unknown_key
+from ablate.registry import Slot
+
+
+def read_yaml(path: Path) -> dict[str, Any]:
+    if not path.is_file():
+        raise SpecError([f"{path}: no such file"])
+    try:
+        text = path.read_text(encoding="utf-8")
+        repeated = duplicate_keys(text)
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as error:
+        mark = getattr(error, "problem_mark", None)
+        where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "(top level)"
+        raise SpecError([f"{path}: {where}: not valid YAML: {getattr(error, 'problem', None) or error}"]) from None
+    except (OSError, UnicodeDecodeError) as error:
+        raise SpecError([f"{path}: cannot read: {error}"]) from None
+    if repeated:
+        raise SpecError([f"{path}: {key}: line {line}: duplicate key (first given at line {first}); keep one"
+                         for key, line, first in repeated])  # fmt: skip
+    if not isinstance(data, dict):
+        raise SpecError([f"{path}: (top level): expected a mapping of keys, got {type(data).__name__}"])
+    return data
+
+
+def duplicate_keys(text: str) -> list[tuple[str, int, int]]:
+    """(dotted key, line, line of its first occurrence) for every key a mapping repeats.
+
+    PyYAML keeps the last of two equal keys without a word; a spec file that says `heads:` twice is a
+    mistake the user must see, so the composed node tree is walked first.
+    """
+    found: list[tuple[str, int, int]] = []
+
+    def walk(node: yaml.Node, path: tuple) -> None:
+        if isinstance(node, yaml.MappingNode):
+            seen: dict[Any, int] = {}
+            for key_node, value_node in node.value:
+                key = key_node.value if isinstance(key_node, yaml.ScalarNode) else None
+                line = key_node.start_mark.line + 1
+                if key is not None and key in seen:
+                    found.append((dotted((*path, key)), line, seen[key]))
+                elif key is not None:
+                    seen[key] = line
+                walk(value_node, (*path, key) if key is not None else path)
+        elif isinstance(node, yaml.SequenceNode):
+            for i, item in enumerate(node.value):
+                walk(item, (*path, i))
+
+    root = yaml.compose(text, Loader=yaml.SafeLoader)
+    if root is not None:
+        walk(root, ())
+    return found
+
+
+def merge(base: dict[str, Any], update: dict[str, Any]) -> dict[str, Any]:
+    """Deep merge. A mapping naming a different part (`name:`) replaces the old one instead of merging."""
+    out = copy.deepcopy(base)
+    for key, value in update.items():
+        old = out.get(key)
+        if (
+            isinstance(old, dict)
+            and isinstance(value, dict)
+            and old.get("name", value.get("name")) == value.get("name")
+        ):
+            out[key] = merge(old, value)
+        else:
+            out[key] = copy.deepcopy(value)
+    return out
+
+
+def keys_of(data: dict[str, Any], prefix: tuple) -> Iterable[str]:
+    for key, value in data.items():
+        yield dotted((*prefix, key))
+        if isinstance(value, dict):
+            yield from keys_of(value, (*prefix, key))
+
+
+def parse_overrides(items: Sequence[str], flag: str = "--set") -> dict[str, Any]:
+    """`['model.heads=4']` -> `{'model.heads': 4}`, values parsed as YAML."""
+    out = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            example = "model.heads=4" if flag == "--set" else "account=nlp"
+            raise SpecError([f"{flag}: expected KEY=VALUE such as {example}, got '{item}'"])
+        try:
+            out[key.strip()] = yaml.safe_load(value)
+        except yaml.YAMLError as error:
+            raise SpecError([f"{flag}: {key}: value is not valid YAML: {error}"]) from None
+    return out
+
+
+def apply_overrides(data: dict[str, Any], changes: dict[str, Any], file: Path | str, where: tuple) -> dict[str, Any]:
+    """Sets each dotted key in a copy of `data`; a key must name a field of the spec."""
+    data = copy.deepcopy(data)
+    for key, value in changes.items():
+        parts = key.split(".")
+        _check_key(parts, file, (*where, key))
+        node = data
+        for part in parts[:-1]:
+            child = node.get(part)
+            if isinstance(child, str):  # a part given by name gets parameters: learned -> {name: learned}
+                child = {"name": child}
+            elif not isinstance(child, dict):
+                child = {}
+            node[part] = child
+            node = child
+        if isinstance(value, dict) and "name" not in value and isinstance(node.get(parts[-1]), dict):
+            value = merge(node[parts[-1]], value)
+        node[parts[-1]] = value
+    return data
+
+
+def _check_key(parts: list[str], file: Path | str, loc: tuple) -> None:
+    from ablate.train.spec import RunSpec
+
+    model: Any = RunSpec
+    for i, part in enumerate(parts):
+        if isinstance(model, Slot):  # below a part: its name or parameters, checked when the spec validates
+            return
+        if not (isinstance(model, type) and issubclass(model, BaseModel)):
+            raise SpecError.at(file, [Issue(loc, f"'{'.'.join(parts[:i])}' is a value, it has no key '{part}'")])
+        if part not in model.model_fields:
+            raise SpecError.at(file, [Issue(loc, f"no such key in the spec: {unknown_key(part, model.model_fields)}")])
+        field_info = model.model_fields[part]
+        slots = [m for m in field_info.metadata if isinstance(m, Slot)]
+        model = slots[0] if slots else field_info.annotation

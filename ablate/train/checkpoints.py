@@ -1,0 +1,102 @@
+"""Checkpoint files: the trainer's whole state for resuming, and the model weights kept for averaging.
+
+checkpoints/last.pt        model, optimizer, step, epoch, position, RNG states, totals (what resuming needs)
+checkpoints/last.json      its step and config hash, read without torch
+checkpoints/step-<n>.pt    the model's weights at step n; the last `evaluation.average_checkpoints` are kept
+
+Every file holds tensors, numbers, strings, lists and dicts alone, so each is read with
+`torch.load(weights_only=True)`: a crafted file (a results directory on a shared filesystem) cannot
+run code, and is refused with one line.
+"""
+
+from __future__ import annotations
+
+import pickle
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ablate.errors import UserError
+from ablate.files import write_json
+from ablate.rundir import CHECKPOINT, CHECKPOINT_INFO, CHECKPOINTS
+
+
+def load(path: Path, device: torch.device | str = "cpu") -> dict[str, Any]:
+    """A checkpoint file, tensors and plain data only; anything else is refused."""
+    try:
+        return torch.load(path, map_location=device, weights_only=True)
+    except pickle.UnpicklingError as error:
+        first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise UserError(f"{path}: refused: a checkpoint holds tensors and plain data only ({first})") from None
+
+
+def _save(path: Path, data: dict[str, Any]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    torch.save(data, tmp)
+    tmp.replace(path)  # atomic: a kill never leaves half a checkpoint
+
+
+def weights_path(directory: Path, step: int) -> Path:
+    return directory / CHECKPOINTS / f"step-{step}.pt"
+
+
+def kept_steps(directory: Path) -> list[int]:
+    """Steps whose weights are kept for averaging, in order."""
+    found = []
+    for path in (directory / CHECKPOINTS).glob("step-*.pt"):
+        number = path.stem.removeprefix("step-")
+        if number.isdigit():
+            found.append(int(number))
+    return sorted(found)
+
+
+def save(directory: Path, state: dict[str, Any], step: int, config_hash: str, keep: int) -> None:
+    """The trainer's state as last.pt (and its note, last.json); with `keep` > 1 also the weights of this
+    step, pruned to the last `keep`. The weights are written before last.pt, so last.json never names a
+    step whose weights are missing."""
+    if keep > 1:
+        _save(weights_path(directory, step), state["model"])
+        for old in kept_steps(directory)[:-keep]:
+            weights_path(directory, old).unlink(missing_ok=True)
+    _save(directory / CHECKPOINT, state)
+    write_json(directory / CHECKPOINT_INFO, {"step": step, "config_hash": config_hash})
+
+
+def forget_after(directory: Path, step: int) -> None:
+    """Drops kept weights from after `step`: a resumed run trains those steps again."""
+    for later in [s for s in kept_steps(directory) if s > step]:
+        weights_path(directory, later).unlink(missing_ok=True)
+
+
+def average(states: Sequence[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
+    """The elementwise mean of state dicts with the same keys (Vaswani et al. §6.1: the last 5 checkpoints).
+
+    Floating-point tensors are averaged in float64 and cast back; integer buffers (none in ablate's
+    models) are taken from the last state.
+    """
+    if not states:
+        raise ValueError("no checkpoints to average")
+    keys = list(states[-1])
+    for state in states:
+        if list(state) != keys:
+            raise ValueError("checkpoints to average hold different tensors")
+    out = {}
+    for key in keys:
+        last = states[-1][key]
+        if not last.is_floating_point():
+            out[key] = last.clone()
+            continue
+        total = torch.zeros_like(last, dtype=torch.float64)
+        for state in states:
+            total += state[key].to(torch.float64)
+        out[key] = (total / len(states)).to(last.dtype)
+    return out
+
+
+def averaged_weights(directory: Path, n: int, device: torch.device | str = "cpu") -> tuple[dict, list[int]]:
+    """The mean of the last `n` kept weights, and the steps they come from."""
+    steps = kept_steps(directory)[-n:]
+    return average([load(weights_path(directory, s), device) for s in steps]), steps

@@ -1,0 +1,121 @@
+"""Translating a split and scoring it with sacreBLEU (corpus BLEU with its signature, and chrF); and its spec."""
+
+from __future__ import annotations
+
+import time
+import unicodedata
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+from pydantic import Field, NonNegativeFloat, NonNegativeInt, PositiveInt, model_validator
+from sacrebleu.metrics import BLEU, CHRF
+
+from ablate.config import Section
+from ablate.data.batches import pad
+from ablate.data.tokenizer import EOS, Vocabulary
+from ablate.errors import SpecValueError
+from ablate.model.decoding import translate_ids
+from ablate.model.transformer import Transformer
+
+
+class EvaluationSpec(Section):
+    """Decoding and scoring of the test splits (beam search with the paper's settings, §6.1)."""
+
+    beam_size: PositiveInt = Field(4, description="1 decodes greedily")
+    length_penalty: NonNegativeFloat = Field(0.6, description="alpha of the GNMT length penalty")
+    max_extra_len: NonNegativeInt = Field(50, description="output at most source length + this many tokens")
+    batch_size: PositiveInt = Field(100, description="sentences decoded together")
+    lowercase: bool = Field(False, description="lowercased BLEU, to compare with papers that report it")
+    average_checkpoints: PositiveInt = Field(
+        1, description="decode the mean of the last N checkpoints (training.checkpoint_every apart); 1: the last"
+    )
+    length_buckets: list[PositiveInt] = Field(
+        [10, 20, 30],
+        min_length=1,
+        description="upper ends, in source words, of the buckets BLEU and chrF are "
+        "broken down by (compare-mt's); the last bucket is open: 1-10, 11-20, 21-30, 31+",
+    )
+
+    @model_validator(mode="after")
+    def _buckets(self) -> EvaluationSpec:
+        if any(a >= b for a, b in zip(self.length_buckets, self.length_buckets[1:], strict=False)):
+            raise SpecValueError(f"must increase, got {self.length_buckets}", ("length_buckets",))
+        return self
+
+
+@dataclass
+class Translation:
+    hypotheses: list[str]
+    seconds: float
+
+    @property
+    def sentences_per_second(self) -> float:
+        return len(self.hypotheses) / self.seconds if self.seconds > 0 else float("nan")
+
+
+def translate(
+    model: Transformer, sources: Sequence[str], src_vocab: Vocabulary, tgt_vocab: Vocabulary, *, beam_size: int,
+    alpha: float, max_extra_len: int, batch_size: int, device: torch.device, autocast: torch.autocast | None = None,
+) -> Translation:  # fmt: skip
+    """Detokenised translations of `sources`, in order; sentences of similar length are decoded together."""
+    was_training = model.training
+    model.eval()
+    ids = [[*s, EOS] for s in src_vocab.encode(sources)]
+    order = sorted(range(len(ids)), key=lambda i: len(ids[i]))
+    out: list[list[int]] = [[] for _ in ids]
+    start = time.perf_counter()
+    for first in range(0, len(order), batch_size):
+        chunk = order[first : first + batch_size]
+        src = pad([ids[i] for i in chunk]).to(device)
+        with autocast or torch.autocast(device.type, enabled=False):
+            for i, hyp in zip(chunk, translate_ids(model, src, beam_size, alpha, max_extra_len), strict=True):
+                out[i] = hyp
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    seconds = time.perf_counter() - start
+    model.train(was_training)
+    return Translation(tgt_vocab.decode(out), seconds)
+
+
+def score(hypotheses: Sequence[str], references: Sequence[str], lowercase: bool = False) -> dict[str, float | str]:
+    """Corpus BLEU (13a tokenisation) and chrF of detokenised text against the references.
+
+    Both sides are NFC-normalised first: hypotheses come out of the vocabulary in NFC (its normaliser),
+    and a reference written in NFD ("a" + combining diaeresis for "ä") would otherwise never match them.
+    """
+    hypotheses = [unicodedata.normalize("NFC", h) for h in hypotheses]
+    references = [unicodedata.normalize("NFC", r) for r in references]
+    bleu = BLEU(lowercase=lowercase)
+    chrf = CHRF(lowercase=lowercase)
+    b = bleu.corpus_score(hypotheses, [references])
+    c = chrf.corpus_score(hypotheses, [references])
+    return {"bleu": round(b.score, 2), "chrf": round(c.score, 2), "bleu_signature": str(bleu.get_signature()),
+            "chrf_signature": str(chrf.get_signature())}  # fmt: skip
+
+
+def bucket_labels(bounds: Sequence[int]) -> list[str]:
+    """[10, 20, 30] -> ["1-10", "11-20", "21-30", "31+"]: the upper ends of closed buckets, then an open one."""
+    lows = [1, *(b + 1 for b in bounds)]
+    return [f"{low}-{high}" for low, high in zip(lows, bounds, strict=False)] + [f"{lows[-1]}+"]
+
+
+def by_length(sources: Sequence[str], hypotheses: Sequence[str], references: Sequence[str], bounds: Sequence[int],
+              lowercase: bool = False) -> dict[str, dict[str, float | int | None]]:  # fmt: skip
+    """BLEU and chrF of the sentences whose source has 1-10, 11-20, ... words (compare-mt's breakdown).
+
+    Words are whitespace-separated tokens of the raw source: the unit is the same whatever the vocabulary,
+    so runs with different tokenizers share buckets. An empty bucket has no scores.
+    """
+    labels = bucket_labels(bounds)
+    members: dict[str, list[int]] = {label: [] for label in labels}
+    for i, source in enumerate(sources):
+        words = len(source.split())
+        members[labels[sum(words > b for b in bounds)]].append(i)
+    out: dict[str, dict[str, float | int | None]] = {}
+    for label, rows in members.items():
+        scores: dict[str, float | str | None] = {"bleu": None, "chrf": None}
+        if rows:
+            scores = score([hypotheses[i] for i in rows], [references[i] for i in rows], lowercase)
+        out[label] = {"sentences": len(rows), "bleu": scores["bleu"], "chrf": scores["chrf"]}
+    return out

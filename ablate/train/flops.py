@@ -1,0 +1,138 @@
+"""Training FLOPs, measured by torch's FlopCounterMode, and the device's peak for MFU.
+
+An update's matmul FLOPs (forward and backward; FlopCounterMode counts matmuls and attention) depend
+only on each batch's padded shape (B, S, T): projections, feed-forward and the output layer grow as
+B·S or B·T, attention as B·S², B·T² and B·S·T. `FlopModel.measure` counts real forward-backward passes
+of the run's own model at a few probe shapes, solves for those five coefficients and checks the fit on
+a further shape, so every batch afterwards costs a dot product instead of a counted pass.
+
+On the CPU, torch's fused attention kernel is not in FlopCounterMode's table and counts zero: probes
+run attention on the math backend, whose matmuls are counted (the count is the same as for the fused
+kernels that CUDA uses, which the table does cover).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from ablate.data.batches import Example
+from ablate.train.device import device_name
+
+PROBES = ((1, 4, 3), (2, 4, 3), (1, 9, 3), (1, 4, 8), (2, 7, 6), (3, 5, 11))  # (B, S, T): the system's rows
+CHECK = (3, 13, 9)  # a shape the fit has not seen
+
+
+def features(b: int, s: int, t: int) -> list[float]:
+    return [b * s, b * t, b * s * s, b * t * t, b * s * t]
+
+
+@dataclass(frozen=True)
+class FlopModel:
+    """Forward-and-backward FLOPs of one batch from its padded shape: a dot product of features and coefficients."""
+
+    coefficients: tuple[float, ...]  # of B·S, B·T, B·S², B·T², B·S·T
+
+    def __call__(self, b: int, s: int, t: int) -> float:
+        return float(sum(c * f for c, f in zip(self.coefficients, features(b, s, t), strict=True)))
+
+    def batch(self, examples: Sequence[Example], indices: Iterable[int]) -> float:
+        """FLOPs of one batch of examples, padded as `collate` pads it (the decoder reads T = target - 1)."""
+        indices = list(indices)
+        s = max(len(examples[i][0]) for i in indices)
+        t = max(len(examples[i][1]) for i in indices) - 1
+        return self(len(indices), s, t)
+
+    @classmethod
+    def measure(cls, model: torch.nn.Module, vocab: tuple[int, int], device: torch.device) -> FlopModel:
+        """Counts the model's forward and backward at the probe shapes and fits the coefficients (exactly)."""
+        import numpy as np
+
+        rows, counts = [], []
+        for shape in (*PROBES, CHECK):
+            rows.append(features(*shape))
+            counts.append(count(model, shape, vocab, device))
+        solution, *_ = np.linalg.lstsq(np.array(rows[:-1], dtype=np.float64), np.array(counts[:-1]), rcond=None)
+        fitted = cls(tuple(float(round(c)) for c in solution))  # FLOP counts are integers a shape
+        if abs(fitted(*CHECK) - counts[-1]) > 1e-6 * counts[-1]:
+            raise RuntimeError(f"FLOPs do not follow B·S, B·T and attention's squares: {fitted(*CHECK):.0f} "
+                               f"predicted, {counts[-1]} counted at {CHECK}")  # fmt: skip
+        return fitted
+
+
+def count(model: torch.nn.Module, shape: tuple[int, int, int], vocab: tuple[int, int], device: torch.device) -> int:
+    """FLOPs that FlopCounterMode counts for one forward and backward of the model on a random batch of `shape`.
+
+    In eval mode (dropout adds no matmul) and under a forked RNG, so that probing changes nothing in training.
+    """
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    from torch.utils.flop_counter import FlopCounterMode
+
+    b, s, t = shape
+    generator = torch.Generator().manual_seed(0)
+    src = torch.randint(4, vocab[0], (b, s), generator=generator).to(device)  # ids from 4: no <pad>, <s>, </s>
+    tgt = torch.randint(4, vocab[1], (b, t), generator=generator).to(device)
+    was_training = model.training
+    model.eval()
+    devices = [device.index or 0] if device.type == "cuda" else []
+    try:
+        with (
+            torch.random.fork_rng(devices=devices),
+            sdpa_kernel(SDPBackend.MATH),
+            FlopCounterMode(display=False) as counter,
+        ):
+            model(src, tgt).float().sum().backward()
+    finally:
+        model.zero_grad(set_to_none=True)
+        model.train(was_training)
+    return int(counter.get_total_flops())
+
+
+# The device's peak, measured once a machine and cached: a timed square matmul in the run's precision.
+PEAK_SIZE = {"cpu": 2048, "cuda": 8192}
+
+
+def peak_flops(device: torch.device, precision: str, threads: int | None = None) -> float:
+    """Dense matmul FLOP/s this device reaches in `precision` (fp32 or bf16), from the cache or measured now."""
+    key = f"{device_name(device)}|{precision}|threads={threads or torch.get_num_threads()}"
+    path = cache_file()
+    cached: dict[str, float] = {}
+    with contextlib.suppress(OSError, ValueError):
+        cached = json.loads(path.read_text())
+    if key not in cached:
+        cached[key] = measure_peak(device, precision)
+        with contextlib.suppress(OSError):  # a read-only cache only costs a measurement next time
+            from ablate.files import write_json
+
+            write_json(path, cached)
+    return float(cached[key])
+
+
+def measure_peak(device: torch.device, precision: str, seconds: float = 1.0) -> float:
+    n = PEAK_SIZE["cuda" if device.type == "cuda" else "cpu"]
+    dtype = torch.bfloat16 if precision == "bf16" else torch.float32
+    a = torch.randn(n, n, device=device).to(dtype)
+    b = torch.randn(n, n, device=device).to(dtype)
+    torch.mm(a, b)  # warm-up
+    best, deadline = 0.0, time.perf_counter() + seconds
+    while time.perf_counter() < deadline:
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        start = time.perf_counter()
+        torch.mm(a, b)
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        best = max(best, 2 * n**3 / (time.perf_counter() - start))
+    return best
+
+
+def cache_file() -> Path:
+    from ablate.data.tokenizer import cache_dir
+
+    return cache_dir() / "peak_flops.json"

@@ -1,0 +1,360 @@
+"""Training: Adam with a registered schedule, label-smoothed cross-entropy, token-based batches; and its spec.
+
+The model knows nothing of this module; this module knows nothing of corpora or the runner.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Sequence
+from contextlib import nullcontext
+from dataclasses import asdict, dataclass
+from typing import Annotated, Any, Literal
+
+import torch
+import torch.nn.functional as F
+from pydantic import Field, NonNegativeFloat, NonNegativeInt, PositiveFloat, PositiveInt, model_validator
+
+from ablate.config import Probability, Section, part
+from ablate.data.batches import Batch, Example, batch_indices, collate
+from ablate.data.tokenizer import PAD
+from ablate.errors import SpecValueError
+from ablate.model.transformer import Transformer
+from ablate.registry import PartSpec
+from ablate.rundir import Status
+from ablate.train.distributed import all_sum, any_rank
+from ablate.train.flops import FlopModel
+from ablate.train.schedules import SCHEDULE
+
+
+class TrainingSpec(Section):
+    """Optimisation: Adam with the paper's betas, a schedule, and when to stop, validate and save."""
+
+    schedule: Annotated[PartSpec, SCHEDULE] = part(SCHEDULE, "noam")
+    betas: tuple[float, float] = Field((0.9, 0.98), strict=False, description="Adam's beta1, beta2 (§5.3)")
+    eps: PositiveFloat = Field(1e-9, description="Adam's epsilon (§5.3)")
+    weight_decay: NonNegativeFloat = Field(0.0, description="decoupled weight decay (AdamW) when above 0")
+    label_smoothing: Probability = Field(0.1, description="epsilon_ls (§5.4)")
+    clip_norm: PositiveFloat | None = Field(None, description="clip the gradient's global norm to this")
+    max_tokens: PositiveInt = Field(4096, description="tokens a batch, padding included, on the longer side")
+    batch_tokens: PositiveInt | None = Field(None, description="accumulate batches until this many target tokens")
+    max_steps: PositiveInt | None = Field(None, description="stop after this many optimizer steps")
+    max_epochs: PositiveInt | None = Field(None, description="stop after this many passes over the data")
+    max_target_tokens: PositiveInt | None = Field(None, description="stop after training on this many target tokens")
+    max_flops: PositiveFloat | None = Field(
+        None, description="stop after this many training FLOPs (forward and backward, torch's FlopCounterMode)"
+    )
+    max_seconds: PositiveFloat | None = Field(
+        None, description="stop after this many seconds of optimizer steps on the run's device (wall clock)"
+    )
+    peak_tflops: PositiveFloat | None = Field(
+        None, description="the device's peak TFLOP/s for MFU; default: a timed matmul, measured once a machine"
+    )
+    validate_every: PositiveInt | None = Field(
+        None, description="validation loss and BLEU every N steps (and at the end); null: at every tenth of the budget"
+    )
+    diagnostics_every: NonNegativeInt | None = Field(
+        None, description="gradient, attention and norm diagnostics every N steps; null: at each validation; 0: never"
+    )
+    valid_bleu_pairs: NonNegativeInt = Field(200, description="validation pairs decoded for BLEU; 0 for loss only")
+    checkpoint_every: PositiveInt | None = Field(
+        1000, description="save a checkpoint every N steps, at the end and on Ctrl-C; null: never (no resume)"
+    )
+    seed: int = Field(1, description="seeds model init, dropout and batch order")
+    device: str = Field("auto", description="auto (a GPU when there is one), cpu, cuda, cuda:N")
+    precision: Literal["auto", "fp32", "bf16"] = Field(
+        "auto", description="bf16: autocast, fp32 weights; auto: bf16 on CUDA and CPUs with native bf16, else fp32"
+    )
+    diverge_loss: PositiveFloat = Field(
+        1e3, description="a training loss above this (or NaN/inf) ends the run as diverged"
+    )
+
+    @model_validator(mode="after")
+    def _stops(self) -> TrainingSpec:
+        if all(getattr(self, budget) is None for budget in BUDGETS):
+            raise SpecValueError(f"set one of {', '.join(BUDGETS)}: training needs a point to stop", ("max_steps",))
+        return self
+
+    def budgets(self) -> dict[str, float]:
+        """The limits this run stops at, the first reached ending it: {"max_steps": 1450, ...}."""
+        return {name: getattr(self, name) for name in BUDGETS if getattr(self, name) is not None}
+
+
+BUDGETS = ("max_steps", "max_epochs", "max_target_tokens", "max_flops", "max_seconds")
+"""What a run's length can be set in: steps, passes, target tokens, training FLOPs, seconds of training."""
+
+
+def native_bf16() -> bool:
+    """Whether this CPU computes in bfloat16 natively (AVX-512 BF16 or AMX), as torch reports it."""
+    probes = ("_is_avx512_bf16_supported", "_is_amx_tile_supported")
+    return any(getattr(torch.cpu, probe, lambda: False)() for probe in probes)
+
+
+def precision_name(device: torch.device, precision: str) -> str:
+    """What `training.precision` means on this device: auto is bf16 on CUDA and on CPUs with native bf16."""
+    if precision != "auto":
+        return precision
+    return "bf16" if device.type == "cuda" or native_bf16() else "fp32"
+
+
+def autocast(device: torch.device, precision: str) -> Any:
+    """bf16 autocast (fp32 master weights; the loss is taken in fp32), or nothing for fp32."""
+    if precision_name(device, precision) == "bf16":
+        return torch.autocast(device.type, dtype=torch.bfloat16)
+    return nullcontext()
+
+
+def loss_sums(model: Transformer, batch: Batch, label_smoothing: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """Summed label-smoothed loss (what is optimised) and summed NLL (for perplexity) over the batch's targets."""
+    logits = model(batch.src, batch.tgt[:, :-1]).float()  # (B, T, V)
+    logits, labels = logits.flatten(0, 1), batch.tgt[:, 1:].flatten()
+    loss = F.cross_entropy(logits, labels, ignore_index=PAD, label_smoothing=label_smoothing, reduction="sum")
+    nll = F.cross_entropy(logits.detach(), labels, ignore_index=PAD, reduction="sum")
+    return loss, nll
+
+
+@dataclass
+class Progress:
+    """What one optimizer step reports."""
+
+    step: int
+    epoch: int
+    loss: float
+    lr: float
+    step_seconds: float
+    src_tokens: int
+    tgt_tokens: int
+
+
+@dataclass
+class Outcome:
+    status: Status  # completed, diverged or interrupted
+    steps: int
+    epochs: float
+    reason: str = ""
+
+
+@dataclass
+class Totals:
+    """What training has cost so far, kept across restarts from a checkpoint."""
+
+    src_tokens: int = 0
+    tgt_tokens: int = 0
+    step_seconds: float = 0.0  # optimizer steps alone; validation and checkpoints not counted
+    timed_steps: int = 0  # steps in `timed_seconds`: all but the first of each process, which pays for warm-up
+    timed_seconds: float = 0.0
+    train_seconds: float = 0.0  # wall time of fit, validation included
+    flops: float = 0.0  # training FLOPs, forward and backward (ablate.train.flops), every rank's shards
+
+
+VALIDATIONS = 10  # without validate_every, a run validates at each tenth of its budget: curves of 11 points
+
+
+class Trainer:
+    """Runs optimizer steps over token-based batches, a fixed order per (seed, epoch).
+
+    With `world` > 1 processes (see ablate.train.distributed), each rank trains on its slice of every batch
+    and the gradients are summed, so an update sees the same global batch as in one process.
+    """
+
+    def __init__(self, model: Transformer, spec: TrainingSpec, d_model: int, device: torch.device,
+                 rank: int = 0, world: int = 1):  # fmt: skip
+        self.model, self.spec, self.device = model, spec, device
+        self.rank, self.world = rank, world
+        self.forward = model
+        if world > 1:
+            from torch.nn.parallel import DistributedDataParallel
+
+            self.forward = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
+        params = [p for p in model.parameters() if p.requires_grad]
+        adam = torch.optim.AdamW if spec.weight_decay > 0 else torch.optim.Adam
+        self.optimizer = adam(params, lr=0.0, betas=spec.betas, eps=spec.eps, weight_decay=spec.weight_decay)
+        self.schedule = SCHEDULE.build(spec.schedule, d_model=d_model)
+        self.autocast = autocast(device, spec.precision)
+        self.step, self.epoch, self.position = 0, 0, 0  # position: updates of this epoch already made
+        self.epoch_fraction = 0.0  # of the current epoch, done
+        self.totals = Totals()
+        self.flop_model: FlopModel | None = None  # set to count FLOPs (needed by a max_flops budget)
+        self._since: float | None = None  # when fit last started counting train_seconds
+        self._tenths = 0  # tenths of the budget validated at (see _validation_due)
+
+    def updates(self, examples: Sequence[Example], epoch: int) -> list[list[list[int]]]:
+        """The epoch's batches, grouped into optimizer updates of about `batch_tokens` target tokens."""
+        batches = batch_indices(examples, self.spec.max_tokens, self.spec.seed * 100_003 + epoch)
+        if self.spec.batch_tokens is None:
+            return [[b] for b in batches]
+        updates, current, tokens = [], [], 0
+        for b in batches:
+            current.append(b)
+            tokens += sum(len(examples[i][1]) - 1 for i in b)
+            if tokens >= self.spec.batch_tokens:
+                updates.append(current)
+                current, tokens = [], 0
+        return updates + ([current] if current else [])
+
+    def shard(self, batch: list[int]) -> tuple[list[int], float]:
+        """This rank's sentences of a batch and their weight; a rank left without any sees one, weighted 0."""
+        mine = batch[self.rank :: self.world]
+        return (mine, 1.0) if mine else (batch[:1], 0.0)
+
+    def train_step(self, batches: list[Batch], total_tokens: int | None = None,
+                   weights: Sequence[float] | None = None) -> float:  # fmt: skip
+        """One optimizer update over `batches` (gradient accumulation); returns the loss a target token.
+
+        Data-parallel, `batches` are this rank's shards, `total_tokens` the update's target tokens on
+        all ranks and `weights` 0 for a stand-in shard. DDP averages gradients over ranks, hence `world`.
+        """
+        lr = self.schedule(self.step + 1, self.progress())
+        self.step += 1
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+        total = total_tokens if total_tokens is not None else sum(b.tgt_tokens for b in batches)
+        weights = weights or [1.0] * len(batches)
+        loss_sum = torch.zeros((), device=self.device)
+        for i, (batch, weight) in enumerate(zip(batches, weights, strict=True)):
+            sync = self.world == 1 or i == len(batches) - 1  # gradients are all-reduced once an update
+            with nullcontext() if sync else self.forward.no_sync(), self.autocast:
+                loss, _ = loss_sums(self.forward, batch.to(self.device), self.spec.label_smoothing)
+            (loss / total * (weight * self.world)).backward()  # exactly loss / total in one process
+            loss_sum += loss.detach() * weight
+        if self.spec.clip_norm is not None:
+            torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.spec.clip_norm)
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        return (all_sum(loss_sum) / total).item()  # a CPU-GPU sync a step: divergence must be caught where it happens
+
+    def used(self) -> dict[str, float]:
+        """How much of each budget of the spec (TrainingSpec.budgets) the run has used."""
+        totals = self.totals
+        used = {"max_steps": self.step, "max_epochs": self.epoch + self.epoch_fraction,
+                "max_target_tokens": totals.tgt_tokens, "max_flops": totals.flops,
+                "max_seconds": totals.step_seconds}  # fmt: skip
+        return {name: used[name] for name in self.spec.budgets()}
+
+    def progress(self) -> float:
+        """The fraction of the run's budget used: the largest over its limits, since the first reached ends it."""
+        return max(used / self.spec.budgets()[name] for name, used in self.used().items())
+
+    def done(self) -> bool:
+        """A budget reached: steps, epochs, target tokens, FLOPs or seconds. Ranks agree on seconds, which differ."""
+        reached = self.progress() >= 1.0
+        if self.spec.max_seconds is not None and self.world > 1:
+            reached = any_rank(reached, self.device)
+        return reached
+
+    def fit(self, examples: Sequence[Example], on_step: Callable[[Progress], None] | None = None,
+            on_validate: Callable[[int], None] | None = None, on_checkpoint: Callable[[int], None] | None = None,
+            should_stop: Callable[[], bool] | None = None) -> Outcome:  # fmt: skip
+        """Trains until max_steps or max_epochs, from wherever the trainer's step, epoch and position are.
+
+        `should_stop` is asked after every step; when it says so (on any rank), training stops with
+        status `interrupted`, after `on_checkpoint`.
+        """
+        spec, totals = self.spec, self.totals
+        if spec.max_flops is not None and self.flop_model is None:
+            raise ValueError("a max_flops budget needs the trainer's flop_model")
+        self.model.train()
+        self._since = time.perf_counter()
+        self._tenths = math.floor(self.progress() * VALIDATIONS)  # validations passed, without validate_every
+        first = True
+        updates = self.updates(examples, self.epoch)
+        while not self.done():
+            if self.position >= len(updates):
+                self.epoch, self.position, self.epoch_fraction = self.epoch + 1, 0, 0.0
+                updates = self.updates(examples, self.epoch)
+                continue
+            update = updates[self.position]
+            self.position += 1
+            shards = [self.shard(b) for b in update]
+            batches = [collate([examples[i] for i in indices]) for indices, _ in shards]
+            n_src = sum(len(examples[i][0]) for b in update for i in b)
+            n_tgt = sum(len(examples[i][1]) - 1 for b in update for i in b)
+            t0 = time.perf_counter()
+            loss = self.train_step(batches, n_tgt, [w for _, w in shards])
+            seconds = time.perf_counter() - t0
+            totals.src_tokens += n_src
+            totals.tgt_tokens += n_tgt
+            totals.step_seconds += seconds
+            if self.flop_model is not None:
+                totals.flops += sum(self.flop_model.batch(examples, b[r :: self.world])
+                                    for b in update for r in range(self.world) if b[r :: self.world])  # fmt: skip
+            if not first:
+                totals.timed_steps += 1
+                totals.timed_seconds += seconds
+            first = False
+            self.epoch_fraction = self.position / len(updates)
+            epochs = self.epoch + self.epoch_fraction
+            if on_step:
+                lr = self.optimizer.param_groups[0]["lr"]
+                on_step(Progress(self.step, self.epoch, loss, lr, seconds, n_src, n_tgt))
+            if not math.isfinite(loss) or loss > spec.diverge_loss:
+                self._count_time()
+                return Outcome(Status.DIVERGED, self.step, epochs, f"training loss {loss:.4g} at step {self.step}")
+            last = self.done()
+            if on_validate and self._validation_due() and not last:
+                on_validate(self.step)
+                self.model.train()
+            stop = should_stop is not None and any_rank(should_stop(), self.device)
+            if on_checkpoint and (stop or (spec.checkpoint_every and self.step % spec.checkpoint_every == 0)):
+                on_checkpoint(self.step)
+            if stop:
+                self._count_time()
+                return Outcome(Status.INTERRUPTED, self.step, epochs, f"stopped at step {self.step}")
+        self._count_time()
+        epochs = self.epoch + (self.position / len(updates) if updates else 0.0)
+        return Outcome(Status.COMPLETED, self.step, float(epochs))
+
+    def _validation_due(self) -> bool:
+        """Every `validate_every` steps; without it, each time the run passes another tenth of its budget."""
+        if self.spec.validate_every:
+            return self.step % self.spec.validate_every == 0
+        tenths = math.floor(self.progress() * VALIDATIONS)
+        due = tenths > self._tenths
+        if self.spec.max_seconds is not None and self.world > 1:  # ranks' clocks differ: validate together
+            due = any_rank(due, self.device)
+        if due:
+            self._tenths = max(tenths, self._tenths + 1)  # a rank whose clock lags does not validate twice
+        return due
+
+    def _count_time(self) -> None:
+        """Adds the wall time since fit started (or since the last count) to train_seconds."""
+        if self._since is not None:
+            now = time.perf_counter()
+            self.totals.train_seconds += now - self._since
+            self._since = now
+
+    def state_dict(self) -> dict[str, Any]:
+        self._count_time()
+        return {
+            "model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(), "step": self.step,
+            "epoch": self.epoch, "position": self.position, "epoch_fraction": self.epoch_fraction,
+            "totals": asdict(self.totals),
+            "rng": torch.get_rng_state(),
+            "cuda_rng": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
+        }  # fmt: skip
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.step, self.epoch, self.position = state["step"], state["epoch"], state["position"]
+        self.epoch_fraction = state.get("epoch_fraction", 0.0)
+        self.totals = Totals(**state.get("totals", {}))
+        torch.set_rng_state(state["rng"])
+        if state.get("cuda_rng") is not None and torch.cuda.is_available():
+            torch.cuda.set_rng_state_all(state["cuda_rng"])
+
+
+@torch.no_grad()
+def validation_loss(model: Transformer, batches: Sequence[Batch], device: torch.device, amp: Any) -> float:
+    """NLL a target token over the batches (no label smoothing): its exp is the perplexity."""
+    was_training = model.training
+    model.eval()
+    nll_sum, tokens = torch.zeros((), device=device), 0
+    for batch in batches:
+        with amp:
+            _, nll = loss_sums(model, batch.to(device), 0.0)
+        nll_sum += nll
+        tokens += batch.tgt_tokens
+    model.train(was_training)
+    return nll_sum.item() / max(tokens, 1)

@@ -1,0 +1,120 @@
+"""One job in one process, started as `python -m ablate.worker RUN_DIR` (ablate/worker.py) by a launcher.
+
+A worker shares no memory with the sweep, so an exception, an out-of-memory error or a kill ends that
+job alone, and its peak memory is its own. It holds the run's lock, asks ablate.train.pipeline to train,
+decode and score, and writes result.json. SIGINT, SIGTERM or SIGUSR2 (Slurm's warning before a time
+limit or a preemption, sent to every process of the job) stops it after the current step, with a
+checkpoint; its exit code says how it ended (ablate.rundir.Exit).
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import signal
+import sys
+import time
+import traceback
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from ablate.errors import UserError
+from ablate.files import write_json
+from ablate.rundir import RESULT, Exit, RunLock, Status
+from ablate.train.job import Job
+
+
+class Stop:
+    """Set by SIGINT, SIGTERM or SIGUSR2, or when the process that started this one is gone."""
+
+    def __init__(self) -> None:
+        self.requested = False
+        self.parent = os.getppid()
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGUSR2):
+            signal.signal(sig, self._request)
+
+    def _request(self, signum: int, frame: Any) -> None:
+        self.requested = True
+
+    def __call__(self) -> bool:
+        return self.requested or os.getppid() != self.parent  # orphaned: the sweep was killed
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if len(argv) != 1:
+        print("usage: python -m ablate.worker RUN_DIR", file=sys.stderr)
+        return Exit.USER_ERROR
+    stop = Stop()  # first: a scheduler's warning may come while torch is still being imported
+    from ablate.train import distributed  # torch
+
+    try:
+        return execute(Job.load(Path(argv[0])), stop)
+    finally:
+        distributed.teardown()
+
+
+def execute(job: Job, stop: Stop | None = None) -> int:
+    """Trains, evaluates and records one job; returns its exit code. Every rank calls it."""
+    import torch
+
+    from ablate.train import distributed
+    from ablate.train.pipeline import train_and_evaluate
+
+    stop = stop or Stop()
+    rank, world, local_rank = distributed.setup(job.device)
+    lock = RunLock(job.directory)
+    if rank == 0 and not _acquire(lock):
+        print(f"{job.directory}: another process ({lock.holder()}) is training this run", file=sys.stderr)
+        return Exit.BUSY
+    wall = time.perf_counter()
+    result: dict[str, Any] = job.record() | {
+        "status": Status.RUNNING, "torch": torch.__version__, "python": platform.python_version(),
+        "host": platform.node(), "started_at": _now(),
+    }  # fmt: skip
+    if job.gpu_ids:  # what the launcher gave it, and what the process was shown
+        result |= {"gpu_ids": job.gpu_ids, "visible_gpus": os.environ.get("CUDA_VISIBLE_DEVICES")}
+    if job.note:
+        result["note"] = job.note
+    if "SLURM_JOB_ID" in os.environ:  # which Slurm job trained it, and how often it was requeued first
+        array = os.environ.get("SLURM_ARRAY_JOB_ID")
+        result["slurm_job"] = f"{array}_{os.environ['SLURM_ARRAY_TASK_ID']}" if array else os.environ["SLURM_JOB_ID"]
+        result["slurm_restarts"] = int(os.environ.get("SLURM_RESTART_COUNT") or 0)
+    code = Exit.COMPLETED
+    try:
+        result |= train_and_evaluate(job, rank, world, local_rank, stop)
+    except UserError as error:  # bad input (a corpus file, say): the same for every run, so the sweep stops
+        result |= {"status": Status.FAILED, "error": " ".join(error.lines)}
+        code = Exit.USER_ERROR
+    except Exception as error:  # a run's own failure (out of memory, a bug in a plugin) ends that run alone
+        result |= {"status": Status.FAILED, "error": f"{type(error).__name__}: {error}",
+                   "traceback": traceback.format_exc()}  # fmt: skip
+        code = Exit.FAILED
+    if result["status"] == Status.INTERRUPTED:
+        lock.release()
+        return Exit.INTERRUPTED  # no result.json: the next `ablate run` resumes from the checkpoint
+    result["wall_seconds"] = round(time.perf_counter() - wall + result.pop("earlier_wall_seconds", 0.0), 1)
+    result["ended_at"] = _now()
+    if rank == 0:
+        write_json(job.directory / RESULT, result)
+    lock.release()
+    return code
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
+
+
+def _acquire(lock: RunLock, patience_s: float = 60.0) -> bool:
+    """The run's lock; waits a little for a worker orphaned by a killed sweep to notice and exit."""
+    deadline = time.monotonic() + patience_s
+    while not lock.acquire(wait=False):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.5)
+    return True
+
+
+if __name__ == "__main__":
+    sys.exit(main())
