@@ -1,4 +1,4 @@
-"""A corpus of your own files, and parts with required parameters: the README's example, end to end."""
+"""A corpus of your own files, and parts with required parameters: docs/spec.md's example, end to end."""
 
 import gzip
 import json
