@@ -55,6 +55,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     run.add_argument("--gpus-per-run", type=int, default=None, metavar="K",
                      help="GPUs of one run, data-parallel (DDP) when K > 1 (default 1; with Slurm, 0 for a CPU "
                      "spec, else what the partition offers)")  # fmt: skip
+    run.add_argument("--threads-per-run", type=_positive, default=None, metavar="K",
+                     help="on the CPU: K threads a run, each run pinned to K cores of its own, as many runs at "
+                     "once as the cores allow (default: one core a run when there are several jobs to train, "
+                     "which trains the most runs an hour; every core for a single run)")  # fmt: skip
     run.add_argument("--tensorboard", type=Path, default=None, metavar="DIR",
                      help="also log curves for TensorBoard under DIR/<experiment>/<run>/seed-<n>")  # fmt: skip
     run.add_argument("--launcher", choices=LAUNCHERS, default="local",
@@ -201,7 +205,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.slurm:
         slurm["additional"] = {k.replace("-", "_"): v for k, v in parse_overrides(args.slurm, "--slurm").items()}
     options = runner.Options(args.results, args.seeds, only, args.fresh, args.device, args.gpus_per_run,
-                             args.tensorboard, args.launcher, slurm, not args.no_wait)  # fmt: skip
+                             args.threads_per_run, args.tensorboard, args.launcher, slurm,
+                             not args.no_wait)  # fmt: skip
     if args.dry_run:
         return runner.dry_run(experiments, options, console())
     signal.signal(signal.SIGTERM, _stop_like_ctrl_c)
@@ -219,6 +224,16 @@ def cmd_run(args: argparse.Namespace) -> int:
 def _stop_like_ctrl_c(signum: int, frame) -> None:
     """SIGTERM (`kill`, a job scheduler) stops a sweep as Ctrl-C does: every worker checkpoints first."""
     raise KeyboardInterrupt
+
+
+def _positive(value: str) -> int:
+    try:
+        number = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive whole number, got '{value}'") from None
+    if number < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive whole number, got {number}")
+    return number
 
 
 def _seeds(value: str) -> list[int] | int:

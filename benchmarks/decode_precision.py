@@ -20,9 +20,9 @@ from ablate.data.tokenizer import PAD
 from ablate.model.transformer import build_model
 from ablate.rundir import CHECKPOINT, read_result
 from ablate.train import checkpoints
+from ablate.train.device import native_bf16
 from ablate.train.evaluation import score, translate
 from ablate.train.job import Job
-from ablate.train.trainer import native_bf16
 
 
 def main() -> None:

@@ -27,7 +27,7 @@ from torch import nn
 from ablate.model.spec import ModelSpec
 from ablate.model.transformer import build_model
 from ablate.parts.positions import sinusoid_table
-from ablate.train.trainer import native_bf16
+from ablate.train.device import native_bf16
 
 PAD = 0
 

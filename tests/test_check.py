@@ -16,15 +16,32 @@ def test_the_fast_cpu_reference_reproduces():
     assert "BLEU test_2016_flickr" in run.stdout and "valid loss @ 1000" in run.stdout
 
 
-def test_a_perturbed_reference_fails(tmp_path):
-    ref = yaml.safe_load(TINY.read_text())
-    ref["spec"]["training"]["schedule"]["lr"] = 0.002  # the reference says 0.004
-    path = tmp_path / "perturbed.yaml"
+def test_a_perturbed_reference_fails(tmp_path, write):
+    """A small reference made here with --update (200 steps of tiny.yaml's model): checked as made it passes; with
+    the learning rate halved, it fails, and the check says the source now resolves to another spec."""
+    source = write("small.yaml", f"""
+name: small
+extends: {ROOT / "experiments" / "reference" / "tiny.yaml"}
+data: {{max_pairs: 2000}}
+training: {{max_steps: 200, validate_every: 100}}
+""")  # fmt: skip
+    tiny = yaml.safe_load(TINY.read_text())
+    path = write("small-ref.yaml", yaml.safe_dump({
+        "name": "small", "description": "tiny.yaml's model for 200 steps", "source": str(source),
+        "status": "not yet measured", "device": "cpu", "threads": tiny["threads"], "tolerance": tiny["tolerance"],
+        "why": "a test",
+    }, sort_keys=False))  # fmt: skip
+    made = cli("check", "--update", str(path))
+    assert made.returncode == 0, made.stdout + made.stderr
+    assert cli("check", str(path)).returncode == 0  # as made: the check can pass
+    ref = yaml.safe_load(path.read_text())
+    assert ref["status"] == "measured" and set(ref["expected"]["valid_loss"]) == {"0", "100", "200"}
+    ref["spec"]["training"]["schedule"]["lr"] /= 2  # the source says 0.004
     path.write_text(yaml.safe_dump(ref, sort_keys=False))
     run = cli("check", str(path))
     assert run.returncode == 1
     assert "OUTSIDE" in run.stdout and run.stderr.strip() == f"check failed: {path}"
-    assert "note: experiments/reference/tiny.yaml now resolves to a different spec" in run.stdout
+    assert f"note: {source} now resolves to a different spec" in run.stdout
 
 
 def test_compare_applies_each_tolerance_at_its_edge():

@@ -21,7 +21,7 @@ from ablate.report.significance import Interval
 COLUMNS = ["run", "differs", "params", "BLEU", "BLEU std", "n", "ΔBLEU", "ΔBLEU lo", "ΔBLEU hi", "CI over", "p",
            "chrF", "len ratio", "valid loss", "valid ppl", "train tok/s", "tok/s vs baseline", "decode sent/s",
            "GFLOP/tgt tok", "train PFLOP", "TFLOP/s", "MFU", "budget", "peak MiB", "wall s", "device", "GPUs",
-           "GPU ids", "precision", "status", "note"]  # fmt: skip
+           "GPU ids", "cores", "core share", "precision", "status", "note"]  # fmt: skip
 HIGHER_IS_BETTER = {"BLEU", "ΔBLEU", "chrF", "train tok/s", "tok/s vs baseline", "decode sent/s", "n"}
 
 
@@ -148,6 +148,9 @@ def report_frame(exp: ExperimentResults, test: str = "bs") -> tuple[pd.DataFrame
             "GPUs": max((j.result.get("gpus", 0) for j in jobs), default=0),
             "GPU ids": " / ".join(",".join(map(str, j.result["gpu_ids"])) for j in jobs if j.result.get("gpu_ids"))
             or None,
+            "cores": " / ".join(_cores(j.result["cpu_ids"]) for j in jobs if j.result.get("cpu_ids")) or None,
+            "core share": min((j.result["core_share"] for j in jobs if j.result.get("core_share") is not None),
+                              default=None),
             "precision": ", ".join(dict.fromkeys(j.result["precision"] for j in jobs if "precision" in j.result))
             or None,
             "status": _status([j.result.get("status", "?") for j in jobs]),
@@ -161,8 +164,16 @@ def report_frame(exp: ExperimentResults, test: str = "bs") -> tuple[pd.DataFrame
         notes.append(f"The runs trained on {len(devices)} different devices ({'; '.join(devices)}): train tok/s, "
                      "tok/s vs baseline, decode sent/s, TFLOP/s, MFU and wall s compare those as well as the "
                      "models.")  # fmt: skip
+    busy = [row["run"] for row in rows if row["core share"] is not None and row["core share"] < BUSY]
+    if busy:
+        notes.append(
+            f"† {', '.join(busy)}: other processes ran on the run's cores (core share below {BUSY:.0%}, the "
+            "lowest over its seeds), so its train tok/s, tok/s vs baseline, decode sent/s, TFLOP/s, MFU "
+            "and wall s measure a busy machine, not the run; compare speeds only between rows without †."
+        )
     frame = pd.DataFrame(rows, columns=COLUMNS, dtype=object)
-    for optional in ("note", "GPU ids", "GFLOP/tgt tok", "train PFLOP", "TFLOP/s", "MFU", "budget"):
+    for optional in ("note", "GPU ids", "cores", "core share", "GFLOP/tgt tok", "train PFLOP", "TFLOP/s", "MFU",
+                     "budget"):  # fmt: skip
         # a re-run after a spec change, GPUs handed out, results from before FLOPs were counted: else no column
         if frame[optional].isna().all():
             frame = frame.drop(columns=optional)
@@ -173,6 +184,21 @@ def report_frame(exp: ExperimentResults, test: str = "bs") -> tuple[pd.DataFrame
     if test == "none":
         frame = frame.drop(columns="p")
     return frame, notes
+
+
+BUSY = 0.9  # a run whose cores gave it less than this share of their time did not have them to itself
+SPEED = ("train tok/s", "tok/s vs baseline", "decode sent/s", "TFLOP/s", "MFU", "wall s")  # what a busy machine skews
+
+
+def _cores(ids: list[int]) -> str:
+    """Core ids as ranges: [0, 1, 2, 5] -> `0-2,5`."""
+    spans: list[list[int]] = []
+    for i in sorted(ids):
+        if spans and i == spans[-1][1] + 1:
+            spans[-1][1] = i
+        else:
+            spans.append([i, i])
+    return ",".join(f"{a}-{b}" if b > a else str(a) for a, b in spans)
 
 
 def significant_mean(values: list[float | None], digits: int = 3) -> float | None:

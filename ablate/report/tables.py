@@ -7,12 +7,15 @@ from __future__ import annotations
 
 import html
 import math
+from collections.abc import Sequence
 from typing import Any
 
 import pandas as pd
 
-TEXT_COLUMNS = {"run", "differs", "device", "precision", "status", "note", "GPU ids", "CI over", "budget", "rates",
-                "diverged at"}  # fmt: skip  # left-aligned; the rest numbers
+from ablate.report.frame import BUSY, SPEED
+
+TEXT_COLUMNS = {"run", "differs", "device", "precision", "status", "note", "GPU ids", "cores", "CI over", "budget",
+                "rates", "diverged at"}  # fmt: skip  # left-aligned; the rest numbers
 FILES = {"md": "table.md", "csv": "table.csv", "latex": "table.tex", "html": "table.html"}  # format -> report/ file
 FORMATS = ("terminal", *FILES)  # what `ablate report --format` takes
 TWO_DECIMALS = {"BLEU", "BLEU std", "chrF", "valid ppl", "max logit end", "logits norm end"}
@@ -22,6 +25,11 @@ def cell(column: str, value: Any, row: dict[str, Any]) -> str:
     """A value as a reader sees it: BLEU with its spread, signed differences, ratios, thousands."""
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return "-"
+    busy = column in SPEED and row.get("core share") is not None and row["core share"] < BUSY
+    return cell_of(column, value, row) + ("†" if busy else "")
+
+
+def cell_of(column: str, value: Any, row: dict[str, Any]) -> str:
     if column == "BLEU" and row.get("BLEU std") is not None:
         return f"{value:.2f} ± {row['BLEU std']:.2f}"
     if column == "ΔBLEU":
@@ -34,7 +42,7 @@ def cell(column: str, value: Any, row: dict[str, Any]) -> str:
         return "< 0.001" if value < 0.001 else f"{value:.3f}"
     if column == "tok/s vs baseline":
         return f"{value:.2f}×"
-    if column == "MFU":
+    if column in ("MFU", "core share"):
         return f"{100 * value:.1f}%"
     if isinstance(value, float) and (column in TWO_DECIMALS or column.startswith("BLEU ")):  # `BLEU 31+`
         return f"{value:.2f}"
@@ -52,9 +60,10 @@ def _signed(value: float) -> str:
 FOLDED = {"BLEU std": "BLEU", "ΔBLEU lo": "ΔBLEU", "ΔBLEU hi": "ΔBLEU"}  # shown inside another column's cell
 
 
-def display(frame: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
-    """Header and cells for people; the std is folded into BLEU, the interval into ΔBLEU."""
-    columns = [c for c in frame.columns if FOLDED.get(c) not in frame.columns]
+def display(frame: pd.DataFrame, hidden: Sequence[str] = ()) -> tuple[list[str], list[list[str]]]:
+    """Header and cells for people; the std is folded into BLEU, the interval into ΔBLEU. `hidden` columns are
+    not shown, but still mark the cells they concern (a busy machine's speed figures)."""
+    columns = [c for c in frame.columns if FOLDED.get(c) not in frame.columns and c not in hidden]
     rows = []
     for record in frame.to_dict("records"):
         rows.append([cell(c, record[c], record) for c in columns])
@@ -132,7 +141,7 @@ def print_table(console, title: str, frame: pd.DataFrame, notes: list[str], comp
     from rich.table import Table
 
     hidden = [c for c in frame.columns if c not in TERMINAL and FOLDED.get(c) not in TERMINAL] if compact else []
-    columns, rows = display(frame[[c for c in frame.columns if c not in hidden]])
+    columns, rows = display(frame, hidden)
     table = Table(title=escape(title), title_justify="left", box=box.SIMPLE_HEAD if compact else box.HEAVY_HEAD)
     for column in columns:
         table.add_column(escape(column), justify="left" if column in TEXT_COLUMNS else "right",

@@ -1,12 +1,18 @@
-"""Where jobs train: the one place that decides a job's device and GPUs.
+"""Where jobs train: the one place that decides a job's device, its GPUs, or its CPU cores and threads.
 
-`ablate run --device auto|cpu|cuda --gpus-per-run K` becomes `Resources`: the GPUs this sweep may hand
-out (none: the CPU) and how many each run takes. A launcher asks `place` to record on a job what it
-was given. Torch is imported only to count GPUs.
+`ablate run --device auto|cpu|cuda --gpus-per-run K --threads-per-run T` becomes `Resources`: the GPUs
+this sweep may hand out and how many each run takes, or on the CPU the cores it may pin runs to and how
+many threads (one core each) a run takes. A launcher asks `place` to record on a job what it was given.
+Torch is imported only to count GPUs.
+
+On the CPU, runs side by side on disjoint cores train more runs an hour than one run at a time on every
+core, because a run's speed grows less than linearly with its threads (benchmarks/sweep.py measures
+it). So by default a sweep of J jobs on C cores runs min(J, C) at once, each on C // min(J, C) cores.
 """
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 
 from ablate.errors import UserError
@@ -26,16 +32,27 @@ class Resources:
     gpus: list[int] = field(default_factory=list)
     gpus_per_run: int = 1
     device: str = "cuda"
+    cpus: list[int] = field(default_factory=list)  # CPU cores to pin runs to (no GPUs); none: unpinned, one at a time
+    threads_per_run: int | None = None  # a CPU run's threads and cores; None: every core
+    why: str = ""  # how threads_per_run was chosen, for the plan's first line
 
     @property
     def parallel(self) -> int:
-        """Jobs that train at once: one per K GPUs, or one on the CPU (it takes every core)."""
-        return max(1, len(self.gpus) // self.gpus_per_run) if self.gpus else 1
+        """Jobs that train at once: one per K GPUs, or on the CPU one per `threads_per_run` cores."""
+        if self.gpus:
+            return max(1, len(self.gpus) // self.gpus_per_run)
+        return max(1, len(self.cpus) // self.threads_per_run) if self.cpus and self.threads_per_run else 1
 
     def describe(self) -> str:
-        if not self.gpus:
+        if self.gpus:
+            return f"{len(self.gpus)} GPU(s) {self.gpus}, {self.gpus_per_run} a run, {self.parallel} run(s) at once"
+        if not self.cpus:
             return "CPU, one run at a time"
-        return f"{len(self.gpus)} GPU(s) {self.gpus}, {self.gpus_per_run} a run, {self.parallel} run(s) at once"
+        threads = self.threads_per_run or len(self.cpus)
+        runs = "one run at a time" if self.parallel == 1 else f"{self.parallel} runs at once"
+        return f"CPU ({len(self.cpus)} cores), {runs}, {threads} thread(s) each" + (
+            f" ({self.why})" if self.why else ""
+        )
 
 
 def cuda_available() -> bool:
@@ -55,10 +72,22 @@ def device_kind(device: str) -> str:
     return "cuda" if device.startswith("cuda") else device
 
 
-def resources(device: str, gpus_per_run: int, visible: list[int] | None = None) -> Resources:
+def usable_cores() -> list[int]:
+    """The CPU cores this process may run on (its affinity: what a container or `taskset` allows)."""
+    return sorted(os.sched_getaffinity(0))
+
+
+def default_threads(jobs: int, cores: int) -> int:
+    """The threads a CPU run takes when not told: as many runs side by side as there are jobs, up to a core each."""
+    return max(1, cores // max(1, min(jobs, cores)))
+
+
+def resources(device: str, gpus_per_run: int, visible: list[int] | None = None, threads_per_run: int | None = None,
+              jobs: int = 1, cores: list[int] | None = None) -> Resources:  # fmt: skip
     """`device` auto (every visible GPU, else the CPU), cpu or cuda, checked against the GPUs there are.
 
-    `visible`: the GPUs to hand out; by default those torch sees.
+    `visible`: the GPUs to hand out; by default those torch sees. On the CPU, `cores` (default: this
+    process's) are handed out `threads_per_run` at a time; by default `default_threads` for `jobs` jobs.
     """
     if device not in DEVICES:
         raise UserError(f"--device: expected auto, cpu or cuda, got '{device}'")
@@ -70,12 +99,48 @@ def resources(device: str, gpus_per_run: int, visible: list[int] | None = None) 
     if gpus and gpus_per_run > len(gpus):
         raise UserError(f"--gpus-per-run {gpus_per_run}: only {len(gpus)} GPU(s) visible")
     if not gpus and gpus_per_run > 1:
-        raise UserError(f"--gpus-per-run {gpus_per_run}: no GPU visible; on the CPU a run takes every core")
-    return Resources(list(gpus), gpus_per_run)
+        raise UserError(f"--gpus-per-run {gpus_per_run}: no GPU visible; on the CPU use --threads-per-run")
+    if gpus:
+        return Resources(list(gpus), gpus_per_run)
+    cores = usable_cores() if cores is None else list(cores)
+    if threads_per_run is not None and not 1 <= threads_per_run <= len(cores):
+        raise UserError(f"--threads-per-run: expected 1 to {len(cores)} (the cores this process may use), "
+                        f"got {threads_per_run}")  # fmt: skip
+    if threads_per_run is not None:
+        return Resources([], gpus_per_run, cpus=cores, threads_per_run=threads_per_run, why="--threads-per-run")
+    threads = default_threads(jobs, len(cores))
+    why = ("the most runs an hour for this sweep; --threads-per-run K chooses" if threads < len(cores)
+           else "every core for one run" if jobs <= 1 else "")  # fmt: skip
+    return Resources([], gpus_per_run, cpus=cores, threads_per_run=threads, why=why)
 
 
-def place(job: Job, gpus: int, gpu_ids: list[int] | None = None, device: str = "cuda") -> None:
-    """Records where a job trains: on `gpus` GPUs (`gpu_ids` among the visible ones, when known), or the CPU."""
+def emulated_bf16(jobs: list[Job], resources: Resources) -> str | None:
+    """A warning, before training, when a spec forces bf16 on a CPU that only emulates it: how much slower it is."""
+    forced = [job.label for job in jobs if job.spec["training"]["precision"] == "bf16"]
+    if resources.gpus or not forced:
+        return None
+    import torch
+
+    from ablate.train.device import cpu_isa, cpu_model, native_bf16
+    from ablate.train.flops import peak_flops
+
+    if native_bf16():
+        return None
+    cpu, threads = torch.device("cpu"), resources.threads_per_run or None
+    ratio = peak_flops(cpu, "bf16", threads) / peak_flops(cpu, "fp32", threads)  # timed matmuls, cached a machine
+    runs = ", ".join(forced[:3]) + (f" and {len(forced) - 3} more" if len(forced) > 3 else "")
+    return (f"warning: {runs} force training.precision bf16 on a CPU without native bf16 ({cpu_model()}, "
+            f"{cpu_isa()}): bf16 is emulated, and a matmul runs {1 / ratio:,.0f} times slower than in fp32 here; "
+            "precision auto (fp32 on this CPU) trains at full speed")  # fmt: skip
+
+
+def place(job: Job, gpus: int, gpu_ids: list[int] | None = None, device: str = "cuda",
+          cpu_ids: list[int] | None = None) -> None:  # fmt: skip
+    """Records where a job trains: on `gpus` GPUs (`gpu_ids` among the visible ones, when known), or the CPU,
+    pinned to `cpu_ids` with one thread a core when given."""
     job.device = device if gpus else "cpu"
     job.gpus = gpus
     job.gpu_ids = list(gpu_ids or [])
+    job.cpu_ids = list(cpu_ids or [])
+    if cpu_ids:
+        job.threads = len(cpu_ids)

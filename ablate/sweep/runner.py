@@ -25,6 +25,7 @@ from ablate.files import write_text
 from ablate.report.tables import print_table
 from ablate.rundir import (
     FINISHED,
+    JOB,
     RESULT,
     Exit,
     Status,
@@ -35,9 +36,10 @@ from ablate.rundir import (
     stored_hash,
     truncate_metrics,
 )
-from ablate.sweep.devices import device_kind, resources
+from ablate.sweep.devices import device_kind, emulated_bf16, resources
 from ablate.sweep.experiment import Experiment
 from ablate.sweep.launchers import Interrupted, Launcher, Outcomes
+from ablate.sweep.launchers.local import LocalLauncher
 from ablate.sweep.plan import DRY_RUN_COLUMNS, Action, Planned, dry_run_rows, plan
 from ablate.sweep.progress import SweepView
 from ablate.train import distributed
@@ -54,6 +56,7 @@ class Options:
     fresh: bool = False
     device: str | None = None  # None: training.device of the baseline spec
     gpus_per_run: int | None = None  # None: 1 locally; with Slurm, what the spec's device and the cluster say
+    threads_per_run: int | None = None  # on the CPU; None: as many runs side by side as the jobs and cores allow
     tensorboard: Path | None = None
     launcher: str = "local"
     slurm: dict[str, Any] = field(default_factory=dict)  # flags over the experiment's slurm settings
@@ -120,10 +123,10 @@ def dry_run(experiments: list[Experiment], options: Options, console) -> int:
 
 def sweep(experiment: Experiment, options: Options, console) -> Summary:
     """Plans, prepares, launches and collects one experiment; returns its records and table (none on ranks > 0)."""
-    launcher = make_launcher(experiment, options)
     planned = plan(experiment, options.results, options.seeds, options.fresh)  # every run goes in the summary
     selected = [p for p in planned if not options.only or {p.job.run, p.job.arm} & set(options.only)]
     training = [p for p in selected if p.trains]
+    launcher = make_launcher(experiment, options, len(training))
     rank0 = distributed.rank() == 0
     say = console.print if rank0 else (lambda *a, **k: None)
     runs = len({p.job.run for p in planned})
@@ -133,6 +136,9 @@ def sweep(experiment: Experiment, options: Options, console) -> Summary:
     for p in selected:
         if p.detail:
             say(f"  {p.job.label}: {p.detail}", highlight=False)
+    if rank0 and isinstance(launcher, LocalLauncher) and (slow := emulated_bf16([p.job for p in training],
+                                                                                launcher.resources)):  # fmt: skip
+        say(slow, highlight=False)
     if rank0:
         prepare_data([p.job for p in training])
         for p in training:
@@ -159,17 +165,16 @@ def sweep(experiment: Experiment, options: Options, console) -> Summary:
     return write_results(experiment, options.results, planned, outcomes)
 
 
-def make_launcher(experiment: Experiment, options: Options) -> Launcher:
-    """The launcher the flags ask for; under torchrun, every rank trains in this process."""
+def make_launcher(experiment: Experiment, options: Options, jobs: int = 1) -> Launcher:
+    """The launcher the flags ask for, for `jobs` jobs to train; under torchrun, every rank trains in this process."""
     device = options.device or device_kind(experiment.baseline.spec.training.device)
     if distributed.launched():
         from ablate.sweep.launchers.torchrun import TorchrunLauncher
 
         return TorchrunLauncher(device)
     if options.launcher == "local":
-        from ablate.sweep.launchers.local import LocalLauncher
-
-        return LocalLauncher(resources(device, options.gpus_per_run or 1))
+        return LocalLauncher(resources(device, options.gpus_per_run or 1, threads_per_run=options.threads_per_run,
+                                       jobs=jobs))  # fmt: skip
     from ablate.sweep.experiment import SlurmSpec, slurm_settings
     from ablate.sweep.launchers.slurm import SlurmLauncher
 
@@ -191,6 +196,8 @@ def prepare(planned: Planned, tensorboard: Path | None = None) -> None:
         job.note = f"re-run: the spec changed since the earlier result, kept in {stale.name}"
     elif planned.action == Action.RETRY:
         (d / RESULT).unlink(missing_ok=True)
+    elif planned.action == Action.RESUME and (d / JOB).is_file():
+        job.threads = Job.load(d).threads  # round-off depends on the threads: a resumed run keeps its own
     if d.is_dir():  # the live view reads these logs before the worker starts: only what the run resumes from
         truncate_metrics(d, checkpoint_step(d, job.config_hash))
     job.save()

@@ -115,20 +115,31 @@ def peak_flops(device: torch.device, precision: str, threads: int | None = None)
 
 
 def measure_peak(device: torch.device, precision: str, seconds: float = 1.0) -> float:
-    n = PEAK_SIZE["cuda" if device.type == "cuda" else "cpu"]
+    """The best FLOP/s of a square matmul, timed for `seconds`. The size doubles from 256 while one product takes
+    under 50 ms, up to PEAK_SIZE: where a precision is emulated (bf16 on a CPU without it), a large product would
+    take minutes."""
     dtype = torch.bfloat16 if precision == "bf16" else torch.float32
-    a = torch.randn(n, n, device=device).to(dtype)
-    b = torch.randn(n, n, device=device).to(dtype)
-    torch.mm(a, b)  # warm-up
-    best, deadline = 0.0, time.perf_counter() + seconds
-    while time.perf_counter() < deadline:
+
+    def timed(a: torch.Tensor, b: torch.Tensor) -> float:
         if device.type == "cuda":
             torch.cuda.synchronize(device)
         start = time.perf_counter()
         torch.mm(a, b)
         if device.type == "cuda":
             torch.cuda.synchronize(device)
-        best = max(best, 2 * n**3 / (time.perf_counter() - start))
+        return time.perf_counter() - start
+
+    n, largest = 256, PEAK_SIZE["cuda" if device.type == "cuda" else "cpu"]
+    while True:
+        a = torch.randn(n, n, device=device).to(dtype)
+        b = torch.randn(n, n, device=device).to(dtype)
+        timed(a, b)  # warm-up
+        if n >= largest or timed(a, b) >= 0.05:
+            break
+        n *= 2
+    best, deadline = 0.0, time.perf_counter() + seconds
+    while time.perf_counter() < deadline:
+        best = max(best, 2 * n**3 / timed(a, b))
     return best
 
 

@@ -34,6 +34,7 @@ class Job:
     gpu_ids: list[int] = field(default_factory=list)  # the visible GPUs the launcher gave it (CUDA_VISIBLE_DEVICES)
     tensorboard: str | None = None  # a TensorBoard log directory for this run
     threads: int | None = None  # CPU threads (torch.set_num_threads); None: torch's default, every core
+    cpu_ids: list[int] = field(default_factory=list)  # the CPU cores the launcher pinned it to (sched_setaffinity)
     arm: str = ""  # the run before a learning-rate sweep multiplied it; the run itself otherwise
     lr: float | None = None  # the swept peak learning rate, in a learning-rate sweep
 

@@ -33,7 +33,7 @@ from ablate.rundir import (
     truncate_metrics,
 )
 from ablate.train import checkpoints, distributed
-from ablate.train.device import device_name
+from ablate.train.device import CoreShare, device_name
 from ablate.train.evaluation import by_length, score, translate
 from ablate.train.flops import FlopModel, peak_flops
 from ablate.train.job import Job
@@ -118,7 +118,10 @@ def train_and_evaluate(job: Job, rank: int, world: int, local_rank: int, stop) -
         distributed.barrier()
 
     saving = spec.training.checkpoint_every is not None
+    share = CoreShare(job.cpu_ids) if device.type == "cpu" else None
     outcome = trainer.fit(data.train, on_step, on_validate, on_checkpoint if saving else None, stop)
+    if share is not None:  # the speed figures are the run's own only when it had its cores to itself
+        out |= {"threads": torch.get_num_threads(), "cpu_ids": share.cores, "core_share": share.stop()}
     if outcome.status != Status.INTERRUPTED and log.last_diagnosed != outcome.steps:
         diagnose(outcome.steps)  # the trained model, before any checkpoint averaging; a diverged one too
     totals = trainer.totals

@@ -23,6 +23,7 @@ from ablate.errors import SpecValueError
 from ablate.model.transformer import Transformer
 from ablate.registry import PartSpec
 from ablate.rundir import Status
+from ablate.train.device import native_bf16
 from ablate.train.distributed import all_sum, any_rank
 from ablate.train.flops import FlopModel
 from ablate.train.schedules import SCHEDULE
@@ -83,12 +84,6 @@ class TrainingSpec(Section):
 
 BUDGETS = ("max_steps", "max_epochs", "max_target_tokens", "max_flops", "max_seconds")
 """What a run's length can be set in: steps, passes, target tokens, training FLOPs, seconds of training."""
-
-
-def native_bf16() -> bool:
-    """Whether this CPU computes in bfloat16 natively (AVX-512 BF16 or AMX), as torch reports it."""
-    probes = ("_is_avx512_bf16_supported", "_is_amx_tile_supported")
-    return any(getattr(torch.cpu, probe, lambda: False)() for probe in probes)
 
 
 def precision_name(device: torch.device, precision: str) -> str:

@@ -1,8 +1,11 @@
-"""The local launcher: each job in a worker process of its own, pinned to its GPUs or to the CPU.
+"""The local launcher: each job in a worker process of its own, pinned to its GPUs or to its CPU cores.
 
 On N GPUs up to N / K jobs train at once, each with its own K GPUs (CUDA_VISIBLE_DEVICES; torchrun
-and DDP when K > 1); a job that ends, however it ends, hands its GPUs to the next. On the CPU, one
-job at a time with every core. Ctrl-C reaches the sweep, which asks each worker to checkpoint and stop.
+and DDP when K > 1). On C CPU cores up to C / T jobs train at once, each pinned to its own T cores
+(sched_setaffinity) with T threads. A job that ends, however it ends, hands its GPUs or cores to the
+next. A job does not start while the machine's available memory is below what a run is expected to
+need (the largest peak seen in this sweep), unless nothing else is running. Ctrl-C reaches the sweep,
+which asks each worker to checkpoint and stop.
 """
 
 from __future__ import annotations
@@ -14,7 +17,8 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from pathlib import Path
 
 from ablate.errors import UserError
 from ablate.rundir import LOG, Exit, checkpoint_step
@@ -33,15 +37,26 @@ def worker_command(job: Job) -> list[str]:
 
 
 def start_worker(job: Job, visible_gpus: Sequence[int] | None = None) -> subprocess.Popen:
-    """Starts a job in its own process group (Ctrl-C reaches the sweep, which forwards it), logging to worker.log."""
+    """Starts a job in its own process group (Ctrl-C reaches the sweep, which forwards it), logging to worker.log;
+    pinned to `job.cpu_ids` from before Python starts, so OpenMP's threads are made on those cores."""
     env = dict(os.environ)
     if visible_gpus is not None:
         env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, visible_gpus))
+    if job.threads is not None:
+        env["OMP_NUM_THREADS"] = str(job.threads)
+    cores = set(job.cpu_ids)
+
+    def setup() -> None:  # in the child, before it runs Python
+        _die_with_parent()
+        if cores:
+            os.sched_setaffinity(0, cores)
+
     with open(job.directory / LOG, "a", encoding="utf-8") as log:
-        log.write(f"--- {time.strftime('%Y-%m-%d %H:%M:%S')} {' '.join(worker_command(job))}\n")
+        pinned = f" (cores {','.join(map(str, sorted(cores)))}, {job.threads} thread(s))" if cores else ""
+        log.write(f"--- {time.strftime('%Y-%m-%d %H:%M:%S')} {' '.join(worker_command(job))}{pinned}\n")
         log.flush()
         return subprocess.Popen(worker_command(job), stdout=log, stderr=subprocess.STDOUT, env=env,
-                                start_new_session=True, preexec_fn=_die_with_parent)  # fmt: skip
+                                start_new_session=True, preexec_fn=setup)  # fmt: skip
 
 
 def _die_with_parent() -> None:
@@ -50,27 +65,89 @@ def _die_with_parent() -> None:
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # 1 = PR_SET_PDEATHSIG
 
 
-class LocalLauncher:
-    """Worker processes on this machine, as many at once as the GPUs allow."""
+class Pool:
+    """What a sweep hands out: GPUs, or CPU cores; a job takes its share and gives it back when it ends."""
 
     def __init__(self, resources: Resources):
         self.resources = resources
+        self.free = list(resources.gpus or resources.cpus)
+
+    def need(self, job: Job) -> int:
+        """GPUs or cores the job takes: K GPUs; on the CPU its pinned threads (a reference's) or the sweep's."""
+        res = self.resources
+        if res.gpus:
+            return res.gpus_per_run
+        if not res.cpus or not res.threads_per_run:
+            return 0  # unpinned: one job at a time, every core
+        return job.threads if job.threads is not None and job.threads <= len(res.cpus) else res.threads_per_run
+
+    def take(self, job: Job, running: int) -> list[int] | None:
+        """The GPUs or cores for `job` if enough are free now (unpinned CPU: when nothing runs); else None."""
+        need = self.need(job)
+        if need == 0:
+            return [] if running == 0 else None
+        if len(self.free) < need:
+            return None
+        taken, self.free = self.free[:need], self.free[need:]
+        return taken
+
+    def give_back(self, taken: list[int]) -> None:
+        self.free = sorted(self.free + taken)
+
+
+def available_memory_mib() -> float | None:
+    """MemAvailable (Linux): what can be allocated without swapping; None where there is no /proc/meminfo."""
+    with contextlib.suppress(OSError, ValueError, StopIteration):
+        line = next(x for x in Path("/proc/meminfo").read_text().splitlines() if x.startswith("MemAvailable:"))
+        return int(line.split()[1]) / 1024
+    return None
+
+
+def resident_mib(pid: int) -> float:
+    """A process's resident memory now (VmRSS), 0 when it is gone."""
+    with contextlib.suppress(OSError, ValueError, StopIteration):
+        line = next(x for x in Path(f"/proc/{pid}/status").read_text().splitlines() if x.startswith("VmRSS:"))
+        return int(line.split()[1]) / 1024
+    return 0.0
+
+
+class LocalLauncher:
+    """Worker processes on this machine, as many at once as the GPUs, the cores and the memory allow."""
+
+    def __init__(self, resources: Resources, memory: Callable[[], float | None] = available_memory_mib):
+        self.resources = resources
+        self.memory = memory  # MiB the machine can still give; tests inject their own
 
     def describe(self) -> str:
         return self.resources.describe()
 
     def launch(self, jobs: list[Job], view: SweepView) -> Outcomes:
         res = self.resources
-        queue, free = list(jobs), list(res.gpus)
+        queue, pool = list(jobs), Pool(res)
         active: dict[subprocess.Popen, tuple[Job, list[int]]] = {}
         results: Outcomes = {}
+        peak_mib = 0.0  # the largest peak memory of a run of this sweep so far: what the next is expected to need
+        held: str | None = None  # why the next job waits for memory, said once
         user_error: str | None = None
         try:
             while queue or active:
-                while queue and user_error is None and (len(free) >= res.gpus_per_run if res.gpus else not active):
-                    job = queue.pop(0)
-                    take, free = free[: res.gpus_per_run], free[res.gpus_per_run :]
-                    place(job, len(take), take, res.device)
+                while queue and user_error is None:
+                    need_mib = max([peak_mib, *(resident_mib(p.pid) for p in active)])
+                    free_mib = self.memory()
+                    if active and free_mib is not None and free_mib < need_mib:
+                        if held is None:
+                            held = (f"waiting for memory: {free_mib:,.0f} MiB available, a run of this sweep "
+                                    f"needs about {need_mib:,.0f} MiB")  # fmt: skip
+                            view.say(held)
+                        break
+                    take = pool.take(queue[0], len(active))
+                    if take is None:
+                        break
+                    job, held = queue.pop(0), None
+                    if res.gpus:
+                        place(job, len(take), take, res.device)
+                    else:
+                        place(job, 0, cpu_ids=take)
                     job.save()
                     view.started(job, checkpoint_step(job.directory, job.config_hash) or 0)
                     active[start_worker(job, take if res.gpus else None)] = (job, take)
@@ -78,8 +155,9 @@ class LocalLauncher:
                 view.refresh()
                 for proc in [p for p in active if p.poll() is not None]:
                     job, take = active.pop(proc)
-                    free += take  # whatever the job's end, its GPUs go to the next
+                    pool.give_back(take)  # whatever the job's end, its GPUs or cores go to the next
                     results[job.label] = outcome(job, proc.returncode)
+                    peak_mib = max(peak_mib, results[job.label].get("peak_memory_mib") or 0.0)
                     view.finished(job, results[job.label])
                     if proc.returncode == Exit.USER_ERROR:
                         user_error = results[job.label]["error"]
