@@ -2,9 +2,10 @@
 
 import re
 import shlex
+import subprocess
+import sys
 
 import pytest
-import torch
 
 from tests.conftest import ROOT, cli
 
@@ -107,9 +108,8 @@ def test_documented_command(doc, command, tmp_path):
 
 def test_the_readme_plugin_example_registers_a_part_that_computes_what_its_docstring_says(tmp_path, write):
     """The README's plugin, copied as a user would, validates in an experiment file and computes
-    relu(x W1 + b1)^power W2 + b2 with every parameter random."""
-    import ablate
-
+    relu(x W1 + b1)^power W2 + b2 with every parameter random. In processes of their own: the registry is
+    global, and tests/fixtures/plugin_parts.py registers a part of the same name in this one."""
     (example,) = [b for b in blocks(ROOT / "README.md", "python") if "register(" in b]
     plugin = tmp_path / "readme_plugin.py"
     plugin.write_text(example)
@@ -123,13 +123,19 @@ variants:
     validated = cli("validate", str(path))
     assert validated.returncode == 0, validated.stderr
     assert "feedforward=squared_relu(power=3.0)" in validated.stdout
-    run = ablate.load_experiment(path).run("cubed")
-    torch.manual_seed(0)
-    model = ablate.build_model(run.spec.model, 50, 50)
-    ffn = model.encoder.layers[0].feed_forward
-    for parameter in ffn.parameters():
-        torch.nn.init.normal_(parameter)
-    x = torch.randn(2, 5, run.spec.model.d_model)
-    w1, b1, w2, b2 = ffn.w_1.weight, ffn.w_1.bias, ffn.w_2.weight, ffn.w_2.bias
-    expected = torch.relu(x @ w1.T + b1) ** 3 @ w2.T + b2
-    torch.testing.assert_close(ffn.eval()(x), expected)
+    check = write("check.py", f"""
+import torch
+import ablate
+
+run = ablate.load_experiment({str(path)!r}).run("cubed")
+torch.manual_seed(0)
+ffn = ablate.build_model(run.spec.model, 50, 50).encoder.layers[0].feed_forward
+for parameter in ffn.parameters():
+    torch.nn.init.normal_(parameter)
+x = torch.randn(2, 5, run.spec.model.d_model)
+w1, b1, w2, b2 = ffn.w_1.weight, ffn.w_1.bias, ffn.w_2.weight, ffn.w_2.bias
+torch.testing.assert_close(ffn.eval()(x), torch.relu(x @ w1.T + b1) ** 3 @ w2.T + b2)
+print("ok")
+""")  # fmt: skip
+    done = subprocess.run([sys.executable, str(check)], cwd=ROOT, capture_output=True, text=True)
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr

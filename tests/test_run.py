@@ -8,7 +8,7 @@ from tests.conftest import ROOT, cli
 
 COLUMNS = ["run", "differs", "params", "BLEU", "BLEU std", "n", "ΔBLEU", "chrF", "valid loss", "valid ppl",
            "train tok/s", "tok/s vs baseline", "decode sent/s", "GFLOP/tgt tok", "train PFLOP", "TFLOP/s", "MFU",
-           "budget", "peak MiB", "wall s", "device", "GPUs", "precision", "status"]  # fmt: skip
+           "budget", "peak MiB", "wall s", "device", "GPUs", "cores", "core share", "precision", "status"]  # fmt: skip
 
 
 def test_smoke_writes_every_file_and_column(tmp_path):
@@ -24,7 +24,8 @@ def test_smoke_writes_every_file_and_column(tmp_path):
         for key in ["params", "train_src_tokens_per_s", "train_tgt_tokens_per_s", "step_ms", "decode_sentences_per_s",
                     "peak_memory_mib", "wall_seconds", "valid_loss"]:  # fmt: skip
             assert math.isfinite(data[key]) and data[key] > 0, key
-        assert data["device"].startswith("cpu") and data["torch"].startswith("2.13")
+        assert data["device"].endswith((" 1 thread", " threads")) and data["torch"].startswith("2.13")
+        assert data["threads"] == len(data["cpu_ids"]) and 0 <= data["core_share"] <= 1  # pinned, one thread a core
         score = data["scores"]["test_2016_flickr"]
         assert math.isfinite(score["bleu"]) and score["bleu_signature"].startswith("nrefs:1|case:mixed")
         assert len((seed / "hypotheses" / "test_2016_flickr.txt").read_text().splitlines()) == 1000

@@ -87,7 +87,8 @@ def resources(device: str, gpus_per_run: int, visible: list[int] | None = None, 
     """`device` auto (every visible GPU, else the CPU), cpu or cuda, checked against the GPUs there are.
 
     `visible`: the GPUs to hand out; by default those torch sees. On the CPU, `cores` (default: this
-    process's) are handed out `threads_per_run` at a time; by default `default_threads` for `jobs` jobs.
+    process's) are handed out `threads_per_run` at a time; by default OMP_NUM_THREADS when it is set, else
+    `default_threads` for `jobs` jobs.
     """
     if device not in DEVICES:
         raise UserError(f"--device: expected auto, cpu or cuda, got '{device}'")
@@ -108,6 +109,10 @@ def resources(device: str, gpus_per_run: int, visible: list[int] | None = None, 
                         f"got {threads_per_run}")  # fmt: skip
     if threads_per_run is not None:
         return Resources([], gpus_per_run, cpus=cores, threads_per_run=threads_per_run, why="--threads-per-run")
+    omp = os.environ.get("OMP_NUM_THREADS", "")
+    if omp.isdigit() and int(omp) > 0:  # the user's own thread count, as torch would have taken it
+        threads = min(int(omp), len(cores))
+        return Resources([], gpus_per_run, cpus=cores, threads_per_run=threads, why="OMP_NUM_THREADS")
     threads = default_threads(jobs, len(cores))
     why = ("the most runs an hour for this sweep; --threads-per-run K chooses" if threads < len(cores)
            else "every core for one run" if jobs <= 1 else "")  # fmt: skip
