@@ -65,6 +65,9 @@ def _die_with_parent() -> None:
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # 1 = PR_SET_PDEATHSIG
 
 
+MIN_RUN_MIB = 256.0  # what a worker needs at the least (Python with torch), whatever /proc says of one just started
+
+
 class Pool:
     """What a sweep hands out: GPUs, or CPU cores; a job takes its share and gives it back when it ends."""
 
@@ -132,7 +135,7 @@ class LocalLauncher:
         try:
             while queue or active:
                 while queue and user_error is None:
-                    need_mib = max([peak_mib, *(resident_mib(p.pid) for p in active)])
+                    need_mib = max([MIN_RUN_MIB, peak_mib, *(resident_mib(p.pid) for p in active)])
                     free_mib = self.memory()
                     if active and free_mib is not None and free_mib < need_mib:
                         if held is None:
