@@ -4,7 +4,14 @@ import sys
 from pathlib import Path
 
 import pytest
+
+# CI runs the tests in two pytest-xdist workers on two cores, so a test's training shares the machine. OpenMP's threads
+# then sleep at a barrier rather than spin there (no effect on results), and in-process tests use one thread each.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 import torch
+
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    torch.set_num_threads(1)
 
 from ablate.model.spec import ModelSpec
 from ablate.model.transformer import build_model

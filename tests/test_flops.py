@@ -94,6 +94,26 @@ def test_peak_is_measured_once_and_cached(tmp_path, monkeypatch):
     assert peak_flops(CPU, "fp32", threads=1) == 123.0
 
 
+def test_a_flop_model_is_counted_once_per_model_and_read_back(tmp_path, monkeypatch):
+    monkeypatch.setenv("ABLATE_CACHE_DIR", str(tmp_path))
+    m = model()
+    first = FlopModel.cached(m, "spec", (60, 60), CPU)
+    assert first == FlopModel.measure(m, (60, 60), CPU)
+    (path,) = (tmp_path / "flops").glob("*.json")
+    data = json.loads(path.read_text())
+    data["coefficients"] = [1.0, 2.0, 3.0, 4.0, 5.0]  # what a second call reads instead of counting
+    path.write_text(json.dumps(data))
+    assert FlopModel.cached(m, "spec", (60, 60), CPU).coefficients == (1.0, 2.0, 3.0, 4.0, 5.0)
+    # another model, another vocabulary or another spec is counted afresh, into a file of its own
+    wider = FlopModel.cached(model(d_ff=128), "spec", (60, 60), CPU)
+    assert wider == FlopModel.measure(model(d_ff=128), (60, 60), CPU) and wider != first
+    assert FlopModel.cached(m, "spec", (59, 60), CPU) == FlopModel.measure(m, (59, 60), CPU)
+    assert FlopModel.cached(m, "another spec", (60, 60), CPU) == first
+    assert len(list((tmp_path / "flops").glob("*.json"))) == 4
+    path.write_text("{not json")  # a damaged entry is counted again
+    assert FlopModel.cached(m, "spec", (60, 60), CPU) == first
+
+
 def test_a_spec_needs_a_budget_in_some_unit():
     with pytest.raises(ValueError, match="set one of max_steps, max_epochs, max_target_tokens, max_flops"):
         TrainingSpec(max_steps=None)

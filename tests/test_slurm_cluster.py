@@ -42,6 +42,7 @@ def _cluster() -> str | None:
 WHY_NOT = _cluster()
 if WHY_NOT is not None and os.environ.get("ABLATE_REQUIRE_SLURM"):  # CI started a cluster: it must be there
     raise RuntimeError(f"ABLATE_REQUIRE_SLURM is set, but {WHY_NOT}")
+# One node: these tests would queue behind each other; pyproject's --dist loadfile keeps them in one xdist worker.
 pytestmark = pytest.mark.skipif(WHY_NOT is not None, reason=str(WHY_NOT))
 
 

@@ -5,6 +5,9 @@ only on each batch's padded shape (B, S, T): projections, feed-forward and the o
 B·S or B·T, attention as B·S², B·T² and B·S·T. `FlopModel.measure` counts real forward-backward passes
 of the run's own model at a few probe shapes, solves for those five coefficients and checks the fit on
 a further shape, so every batch afterwards costs a dot product instead of a counted pass.
+`FlopModel.cached` keeps the coefficients in the cache directory, keyed by the model's module tree, parameter
+shapes, vocabularies and torch's version: seeds and re-runs of one variant share one count (the first counted pass
+costs seconds, mostly torch importing its compiler stack for the dispatch mode).
 
 On the CPU, torch's fused attention kernel is not in FlopCounterMode's table and counts zero: probes
 run attention on the math backend, whose matmuls are counted (the count is the same as for the fused
@@ -14,6 +17,7 @@ kernels that CUDA uses, which the table does cover).
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import time
 from collections.abc import Iterable, Sequence
@@ -63,6 +67,22 @@ class FlopModel:
         if abs(fitted(*CHECK) - counts[-1]) > 1e-6 * counts[-1]:
             raise RuntimeError(f"FLOPs do not follow B·S, B·T and attention's squares: {fitted(*CHECK):.0f} "
                                f"predicted, {counts[-1]} counted at {CHECK}")  # fmt: skip
+        return fitted
+
+    @classmethod
+    def cached(cls, model: torch.nn.Module, spec: str, vocab: tuple[int, int], device: torch.device) -> FlopModel:
+        """`measure`, or its coefficients from an earlier run of the same model on the same kind of device.
+        `spec`: the model's spec as text, part of the key with the module tree and the parameters' shapes."""
+        shapes = [(name, tuple(p.shape)) for name, p in model.named_parameters()]
+        key = json.dumps([spec, repr(model), shapes, list(vocab), device.type, torch.__version__, PROBES, CHECK])
+        path = cache_file().parent / "flops" / f"{hashlib.sha256(key.encode()).hexdigest()[:24]}.json"
+        with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
+            return cls(tuple(float(c) for c in json.loads(path.read_text())["coefficients"]))
+        fitted = cls.measure(model, vocab, device)
+        with contextlib.suppress(OSError):  # a read-only cache only costs a count next time
+            from ablate.files import write_json
+
+            write_json(path, {"coefficients": list(fitted.coefficients), "model": repr(model), "vocab": list(vocab)})
         return fitted
 
 

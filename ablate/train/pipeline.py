@@ -50,7 +50,9 @@ def train_and_evaluate(job: Job, rank: int, world: int, local_rank: int, stop) -
         torch.cuda.set_device(device)
     torch.manual_seed(job.seed)
     model = build_model(spec.model, len(data.src_vocab), len(data.tgt_vocab), pad_id=PAD).to(device)
-    flop_model = FlopModel.measure(model, (len(data.src_vocab), len(data.tgt_vocab)), device)
+    flop_model = FlopModel.cached(
+        model, spec.model.model_dump_json(), (len(data.src_vocab), len(data.tgt_vocab)), device
+    )
     reset_peak_memory(device)
     trainer = Trainer(model, spec.training, spec.model.d_model, device, rank, world)
     trainer.flop_model = flop_model
