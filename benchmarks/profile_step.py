@@ -59,7 +59,7 @@ def main() -> None:
     if args.threads:
         torch.set_num_threads(args.threads)
     overrides = [f"training.precision={args.precision}", "training.validate_every=100000",
-                 "training.checkpoint_every=null", "training.diagnostics_every=0",
+                 "training.checkpoint_every=null", "evaluation.average_checkpoints=1", "training.diagnostics_every=0",
                  f"training.max_steps={args.warmup + args.steps}"]  # fmt: skip
     spec = load_experiment("experiments/base.yaml", overrides).baseline.spec
     data = load_dataset(spec.data, spec.tokenizer)
@@ -68,8 +68,8 @@ def main() -> None:
     model = build_model(spec.model, len(data.src_vocab), len(data.tgt_vocab), pad_id=PAD)
     trainer = Trainer(model, spec.training, spec.model.d_model, device)
     step_ms: list[float] = []
-    with profile(activities=[ProfilerActivity.CPU], schedule=schedule(wait=0, warmup=args.warmup, active=args.steps),
-                 record_shapes=False) as prof:  # fmt: skip
+    steps = schedule(wait=0, warmup=args.warmup, active=args.steps, repeat=1)  # one cycle, its events kept
+    with profile(activities=[ProfilerActivity.CPU], schedule=steps, acc_events=True, record_shapes=False) as prof:
         last = [time.perf_counter()]
 
         def on_step(progress) -> None:

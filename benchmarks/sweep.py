@@ -6,7 +6,9 @@
 
 Each leg is `ablate run` as a user types it, into a fresh results directory, so the figures include
 start-up, data loading, validation and decoding: what a sweep costs. The legs run one after the other
-on an otherwise idle machine; run it alone. It prints each leg's wall time, runs an hour, and the ratio.
+on an otherwise idle machine; run it alone. It prints each leg's wall time, runs an hour, and the ratio,
+and the aggregate MFU of its training: the runs' mean training FLOP/s times the runs that trained at once,
+over the peak of all cores (a timed matmul on every core, in the runs' precision).
 
     python benchmarks/sweep.py [--experiment experiments/pe.yaml] [--steps 200] [--seeds 1] [--only RUN,RUN]
                                [--repeat 1]
@@ -15,6 +17,7 @@ on an otherwise idle machine; run it alone. It prints each leg's wall time, runs
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import subprocess
 import sys
@@ -22,7 +25,10 @@ import tempfile
 import time
 from pathlib import Path
 
+import torch
+
 from ablate.train.device import cpu_isa, cpu_model, native_bf16
+from ablate.train.flops import peak_flops
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -56,20 +62,28 @@ def main() -> None:
     print(f"{cpu_model()} ({cpu_isa()}, {'native' if native_bf16() else 'emulated'} bf16), {cores} cores; "
           f"{args.experiment}, {args.steps} steps a run")  # fmt: skip
     times: dict[str, list[float]] = {"side by side": [], "one at a time": []}
-    runs = 0
+    rates: dict[str, list[float]] = {"side by side": [], "one at a time": []}
+    at_once = {"side by side": 1, "one at a time": 1}
+    precision, runs = "fp32", 0
     with tempfile.TemporaryDirectory() as tmp:
         for i in range(args.repeat):
             for name, threads in (("side by side", None), ("one at a time", cores)):
                 print(f"  {name} ({i + 1}/{args.repeat}):")
                 results = Path(tmp) / f"{name.replace(' ', '-')}-{i}"
                 times[name].append(leg(args.experiment, args.steps, args.seeds, only, threads, results))
-                runs = len(list(results.glob("*/runs/*/seed-*/result.json")))
-    print(f"{'sweep':<15} {'runs':>5} {'wall s':>8} {'runs/hour':>10}")
+                done = [json.loads(path.read_text()) for path in results.glob("*/runs/*/seed-*/result.json")]
+                runs, precision = len(done), done[0]["precision"]
+                rates[name] += [r["train_tflops_per_s"] * 1e12 for r in done]
+                at_once[name] = min(runs, cores // max(r["threads"] for r in done)) if threads is None else 1
+    peak = peak_flops(torch.device("cpu"), precision, cores)
+    print(f"{'sweep':<15} {'runs':>5} {'wall s':>8} {'runs/hour':>10} {'at once':>8} {'aggregate MFU':>14}")
     rate = {}
     for name, seconds in times.items():
         mean = sum(seconds) / len(seconds)
         rate[name] = runs * 3600 / mean
-        print(f"{name:<15} {runs:>5} {mean:>8.1f} {rate[name]:>10.1f}")
+        mfu = at_once[name] * sum(rates[name]) / len(rates[name]) / peak
+        print(f"{name:<15} {runs:>5} {mean:>8.1f} {rate[name]:>10.1f} {at_once[name]:>8} {mfu:>14.1%}")
+    print(f"peak of all {cores} cores ({precision}): {peak / 1e9:.1f} GFLOP/s")
     print(f"ratio (side by side / one at a time): {rate['side by side'] / rate['one at a time']:.2f}x")
 
 
