@@ -102,6 +102,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     check.add_argument("--update", action="store_true",
                        help="measure again and rewrite the reference from its source experiment file")  # fmt: skip
     check.add_argument("--keep", type=Path, metavar="DIR", help="keep the runs in DIR (default: a temporary directory)")
+    check.add_argument("--threads", type=_positive, metavar="N",
+                       help="train with N CPU threads instead of the reference's: round-off as on another CPU, "
+                            "judged within seed noise")  # fmt: skip
+    check.add_argument("--noise", action="store_true",
+                       help="judge within seed noise even on the machine that made the reference "
+                            "(default: exactly there)")  # fmt: skip
     check.set_defaults(handler=cmd_check)
 
     validate = commands.add_parser("validate", help="check experiment files and list their runs")
@@ -285,7 +291,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 def cmd_check(args: argparse.Namespace) -> int:
     from ablate.check import reference
 
-    return reference.check_all(args.references, args.update, args.keep, console())
+    return reference.check_all(args.references, args.update, args.keep, console(), args.threads, args.noise)
 
 
 def cmd_data(args: argparse.Namespace) -> int:

@@ -45,8 +45,9 @@ def test_parts_lists_every_slot_and_part_with_params():
     assert result.returncode == 0
     for slot in REGISTRY.values():
         assert slot.name in result.stdout
-        for name in slot.parts:
-            assert name in result.stdout
+        for name, part in slot.parts.items():
+            if part.__module__.startswith("ablate."):  # not parts another test's plugin registered in this process
+                assert name in result.stdout
     assert "max_len=1024" in result.stdout
 
 
