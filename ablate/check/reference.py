@@ -207,6 +207,14 @@ def seed_run(result: dict[str, Any], split: str) -> SeedRun:
                    hypotheses=result["hypotheses_sha256"])  # fmt: skip
 
 
+def scored(result: dict[str, Any], split: str) -> SeedRun | None:
+    """`seed_run`, or None for a run that has no scores or losses to compare (it failed before decoding)."""
+    try:
+        return seed_run(result, split)
+    except (KeyError, TypeError):
+        return None
+
+
 Row = tuple[str, str, str, str, bool]  # metric, expected, measured, tolerance, within
 
 
@@ -224,10 +232,7 @@ def compare_exact(ref: Reference, result: dict[str, Any]) -> list[Row]:
     """Every number and the hypotheses' hash of the first seed, equal to the last digit kept."""
     exp = ref.expected
     run = exp.seeds[exp.first]
-    try:
-        got = seed_run(result, exp.split)
-    except (KeyError, TypeError):
-        got = None
+    got = scored(result, exp.split)
     rows: list[Row] = [_exact("params", f"{exp.params:,}", _fmt(result.get("params"), "{:,}"))]
     rows.append(_exact(f"hypotheses {exp.split} (sha256)", run.hypotheses[:12],
                        got.hypotheses[:12] if got and got.hypotheses else "-"))  # fmt: skip
@@ -243,10 +248,7 @@ def compare_noise(ref: Reference, result: dict[str, Any]) -> list[Row]:
     exp, tol = ref.expected, ref.tolerance
     runs = list(exp.seeds.values())
     k = tol.multiple(len(runs))
-    try:
-        got = seed_run(result, exp.split)
-    except (KeyError, TypeError):
-        got = None
+    got = scored(result, exp.split)
     rows: list[Row] = [_exact("params", f"{exp.params:,}", _fmt(result.get("params"), "{:,}"))]
     if got is not None and set(got.valid_loss) != set(runs[0].valid_loss):
         got = None  # validated at other steps: the curves cannot be compared
