@@ -9,6 +9,9 @@ results/<experiment>/runs/<run>/seed-<n>/
     result.json       everything measured, written last (read with `read_result`)
     hypotheses/       <split>.txt, one detokenised translation a line
     checkpoints/      last.pt and last.json (its step and config hash), step-<n>.pt (see ablate.train.checkpoints)
+    budgets/<b>/      a budget point before the run's end (evaluation.budgets; ablate.train.budgets):
+                      point.json (its scores, written last), hypotheses/<split>.txt, and for a wsd cooldown
+                      branch while it trains, its own checkpoints/ and metrics.jsonl
     worker.log        the worker's own output
     slurm.json        the Slurm job training it (--launcher slurm): its id and submitit's folder, so a second
                       `ablate run` follows a queued job instead of submitting it again
@@ -43,6 +46,7 @@ JOB, CONFIG, METRICS, RESULT = "job.json", "config.yaml", "metrics.jsonl", "resu
 DIAGNOSTICS = "diagnostics.jsonl"
 HYPOTHESES, CHECKPOINTS, LOG, LOCK = "hypotheses", "checkpoints", "worker.log", ".lock"
 SLURM_JOB = "slurm.json"
+BUDGET_POINTS, POINT = "budgets", "point.json"
 CHECKPOINT, CHECKPOINT_INFO = f"{CHECKPOINTS}/last.pt", f"{CHECKPOINTS}/last.json"
 STALE = ".stale-"  # seed-<n>.stale-<hash>: an earlier result set aside when the spec changed
 
@@ -86,7 +90,8 @@ BOOKKEEPING = {("training", "checkpoint_every"), ("training", "peak_tflops"), ("
 # hashes hold: a run that does not use them is the run it was.
 ADDED = {("evaluation", "average_checkpoints"): 1, ("training", "max_target_tokens"): None,
          ("training", "max_flops"): None, ("training", "max_seconds"): None, ("data", "max_train_length"): None,
-         ("evaluation", "length_buckets"): [10, 20, 30], ("model", "projection"): "full"}  # fmt: skip
+         ("evaluation", "length_buckets"): [10, 20, 30], ("model", "projection"): "full",
+         ("evaluation", "budgets"): None}  # fmt: skip
 
 
 def config_hash(spec: dict[str, Any]) -> str:
@@ -207,9 +212,26 @@ def hypotheses_path(directory: Path, split: str) -> Path:
     return directory / HYPOTHESES / f"{split}.txt"
 
 
-def read_hypotheses(directory: Path, split: str) -> list[str] | None:
-    path = hypotheses_path(directory, split)
+def read_hypotheses(directory: Path, split: str, budget: float | None = None) -> list[str] | None:
+    """A split's translations at the run's end, or at one of its budget points."""
+    path = hypotheses_path(directory if budget is None else budget_dir(directory, budget), split)
     return path.read_text(encoding="utf-8").splitlines() if path.is_file() else None
+
+
+def budget_name(budget: float) -> str:
+    """A budget point as a directory name and a key: 2000, 1.5e+18, 0.5."""
+    return str(int(budget)) if float(budget).is_integer() and abs(budget) < 1e15 else f"{budget:g}"
+
+
+def budget_dir(directory: Path, budget: float) -> Path:
+    return directory / BUDGET_POINTS / budget_name(budget)
+
+
+def read_point(directory: Path, budget: float) -> dict[str, Any] | None:
+    """A budget point's record (point.json), once it has been scored."""
+    with contextlib.suppress(OSError, ValueError):
+        return read_json(budget_dir(directory, budget) / POINT)
+    return None
 
 
 def seed_dirs(run_dir: Path) -> list[Path]:
@@ -255,9 +277,11 @@ def reuse(source: Path, target: Path, record: dict[str, Any], results: Path) -> 
     `target` holds its own job.json and config.yaml already; result.json is written last, so a copy
     cut short is not taken for a result.
     """
-    for name in (HYPOTHESES,):
+    for name in (HYPOTHESES, BUDGET_POINTS):
         if (source / name).is_dir():
-            shutil.copytree(source / name, target / name, dirs_exist_ok=True)
+            shutil.copytree(
+                source / name, target / name, dirs_exist_ok=True, ignore=shutil.ignore_patterns(CHECKPOINTS)
+            )
     for name in (METRICS, DIAGNOSTICS):
         if (source / name).is_file():
             shutil.copyfile(source / name, target / name)

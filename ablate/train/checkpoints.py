@@ -53,11 +53,15 @@ def kept_steps(directory: Path) -> list[int]:
     return sorted(found)
 
 
-def save(directory: Path, state: dict[str, Any], step: int, config_hash: str, keep: int) -> None:
-    """The trainer's state as last.pt (and its note, last.json); with `keep` > 1 also the weights of this
-    step, pruned to the last `keep`. The weights are written before last.pt, so last.json never names a
-    step whose weights are missing."""
-    if keep > 1:
+def save(directory: Path, state: dict[str, Any], step: int, config_hash: str, keep: int, weights: bool = True) -> None:
+    """The trainer's state as last.pt (and its note, last.json); with `keep` > 1 and `weights` also the weights
+    of this step, pruned to the last `keep`. The weights are written before last.pt, so last.json never names
+    a step whose weights are missing.
+
+    Only the checkpoints a run of this length would average keep weights: those `checkpoint_every` apart and
+    the run's end. A checkpoint taken because training was stopped (Ctrl-C) saves no weights, or the resumed
+    run would average one more step than the uninterrupted run."""
+    if keep > 1 and weights:
         _save(weights_path(directory, step), state["model"])
         for old in kept_steps(directory)[:-keep]:
             weights_path(directory, old).unlink(missing_ok=True)

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import itertools
 import time
 import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
-from pydantic import Field, NonNegativeFloat, NonNegativeInt, PositiveInt, model_validator
+from pydantic import Field, NonNegativeFloat, NonNegativeInt, PositiveFloat, PositiveInt, model_validator
 from sacrebleu.metrics import BLEU, CHRF
 
 from ablate.config import Section
@@ -30,6 +31,12 @@ class EvaluationSpec(Section):
     average_checkpoints: PositiveInt = Field(
         1, description="decode the mean of the last N checkpoints (training.checkpoint_every apart); 1: the last"
     )
+    budgets: list[PositiveFloat] | None = Field(
+        None,
+        min_length=1,
+        description="budget points, in the unit of the run's budget (training.max_steps, max_target_tokens or "
+        "max_flops): the run is decoded and scored at each as at its end; the last is the run's end",
+    )
     length_buckets: list[PositiveInt] = Field(
         [10, 20, 30],
         min_length=1,
@@ -41,6 +48,9 @@ class EvaluationSpec(Section):
     def _buckets(self) -> EvaluationSpec:
         if any(a >= b for a, b in zip(self.length_buckets, self.length_buckets[1:], strict=False)):
             raise SpecValueError(f"must increase, got {self.length_buckets}", ("length_buckets",))
+        budgets = self.budgets or []
+        if any(a >= b for a, b in itertools.pairwise(budgets)):
+            raise SpecValueError(f"must increase, got [{', '.join(f'{b:g}' for b in budgets)}]", ("budgets",))
         return self
 
 

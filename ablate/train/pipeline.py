@@ -10,6 +10,7 @@ import contextlib
 import math
 import resource
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +34,7 @@ from ablate.rundir import (
     truncate_metrics,
 )
 from ablate.train import checkpoints, distributed
+from ablate.train.budgets import BudgetPoints
 from ablate.train.device import CoreShare, device_name
 from ablate.train.evaluation import by_length, score, translate
 from ablate.train.flops import FlopModel, peak_flops
@@ -113,15 +115,54 @@ def train_and_evaluate(job: Job, rank: int, world: int, local_rank: int, stop) -
         distributed.barrier()
         return record
 
-    def on_checkpoint(step: int) -> None:
+    def save(directory: Path, which: Trainer, weights: bool) -> None:
+        """`which` (the run, or a budget point's branch) checkpointed in `directory`; `weights`: kept to average."""
         if rank == 0:
-            state = trainer.state_dict() | {"wall_seconds": wall()}
-            checkpoints.save(job.directory, state, trainer.step, job.config_hash, spec.evaluation.average_checkpoints)
+            state = which.state_dict() | {"wall_seconds": wall()}
+            checkpoints.save(directory, state, which.step, job.config_hash, spec.evaluation.average_checkpoints,
+                             weights)  # fmt: skip
         distributed.barrier()
 
+    def on_checkpoint(step: int) -> None:
+        save(job.directory, trainer, step % (spec.training.checkpoint_every or 1) == 0)
+
+    def evaluate(weights_dir: Path, out_dir: Path, step: int) -> dict[str, Any]:
+        """Rank 0 scores the model as a run ending at `step`: the mean of the last checkpoints kept in
+        `weights_dir`, validated, then every test split decoded into `out_dir` and scored."""
+        record: dict[str, Any] = {}
+        if spec.evaluation.average_checkpoints > 1:
+            weights, steps = checkpoints.averaged_weights(weights_dir, spec.evaluation.average_checkpoints, device)
+            model.load_state_dict(weights)
+            record["averaged_steps"] = steps
+            log.say(f"averaged the checkpoints of steps {', '.join(map(str, steps))}")
+        final = validate(model, data, valid_batches, spec, device, step)
+        record |= {"valid_loss": final["valid_loss"], "valid_ppl": final["valid_ppl"]}
+        if "valid_bleu" in final:
+            record["valid_bleu"] = final["valid_bleu"]
+        return record | decode_and_score(model, data, spec, device, out_dir, log)
+
+    def branch_log(directory: Path, resumed_at: int | None) -> Callable[[Progress], None]:
+        """A cooldown branch's own metrics.jsonl and progress lines."""
+        branch = Log(directory if rank == 0 else None, None, resumed_at)
+        if rank == 0:
+            directory.mkdir(parents=True, exist_ok=True)
+            truncate_metrics(directory, resumed_at)
+            log.say(f"budget point {directory.name}: cooling down from step {trainer.step}")
+
+        def on_branch_step(p: Progress) -> None:
+            branch.write({"step": p.step, "loss": round(p.loss, 4), "lr": p.lr,
+                          "step_ms": round(p.step_seconds * 1000, 1), "wall_s": wall()})  # fmt: skip
+            branch.progress(p, None)
+
+        return on_branch_step
+
     saving = spec.training.checkpoint_every is not None
+    points = BudgetPoints(spec.evaluation.budgets, spec.training, job.directory, job.config_hash, rank)
+    if resumed is None:
+        points.forget()
+    before_update = points.hook(trainer, data.train, save if saving else None, evaluate, branch_log, stop)
     share = CoreShare(job.cpu_ids) if device.type == "cpu" else None
-    outcome = trainer.fit(data.train, on_step, on_validate, on_checkpoint if saving else None, stop)
+    outcome = trainer.fit(data.train, on_step, on_validate, on_checkpoint if saving else None, stop, before_update)
     if share is not None:  # the speed figures are the run's own only when it had its cores to itself
         out |= {"threads": torch.get_num_threads(), "cpu_ids": share.cores, "core_share": share.stop()}
     if outcome.status != Status.INTERRUPTED and log.last_diagnosed != outcome.steps:
@@ -143,22 +184,43 @@ def train_and_evaluate(job: Job, rank: int, world: int, local_rank: int, stop) -
     if outcome.status == Status.DIVERGED:
         return out | {"error": outcome.reason, "peak_memory_mib": peak_memory_mib(device)}
     if saving and resumed != outcome.steps:  # a kill while decoding resumes at evaluation
-        on_checkpoint(outcome.steps)
+        save(job.directory, trainer, True)
     if rank != 0:
         return out  # decoding and scoring are rank 0's
-    if spec.evaluation.average_checkpoints > 1:
-        weights, steps = checkpoints.averaged_weights(job.directory, spec.evaluation.average_checkpoints, device)
-        model.load_state_dict(weights)
-        out["averaged_steps"] = steps
-        log.say(f"averaged the checkpoints of steps {', '.join(map(str, steps))}")
-    final = validate(model, data, valid_batches, spec, device, outcome.steps)
-    if "averaged_steps" in out:
-        final["averaged"] = len(out["averaged_steps"])  # the validation of the model that is decoded
-    log.write(final | {"wall_s": wall()})
-    out |= {"valid_loss": final["valid_loss"], "valid_ppl": final["valid_ppl"]}
-    out |= decode_and_score(model, data, spec, device, job.directory, log)
+    end = evaluate(job.directory, job.directory, outcome.steps)
+    validation = {"step": outcome.steps, "valid_loss": end["valid_loss"], "valid_ppl": end["valid_ppl"]}
+    if "valid_bleu" in end:
+        validation["valid_bleu"] = end.pop("valid_bleu")
+    if "averaged_steps" in end:
+        validation["averaged"] = len(end["averaged_steps"])  # the validation of the model that is decoded
+    log.write(validation | {"wall_s": wall()})
+    out |= end
+    if points.points:
+        out |= budget_summary(points, out)
     log.close()
     return out | {"peak_memory_mib": peak_memory_mib(device)}
+
+
+def budget_summary(points: BudgetPoints, out: dict[str, Any]) -> dict[str, Any]:
+    """result.json's `budget_points` (every point, the end last) and what the cooldown branches cost."""
+    end = {
+        "budget": points.points[-1],
+        "step": out["steps"],
+        "epochs": out["epochs"],
+        "train_target_tokens": out["train_target_tokens"],
+        "train_flops": out["train_flops"],
+        "status": "completed",
+    }
+    end |= {
+        k: out[k] for k in ("averaged_steps", "valid_loss", "valid_ppl", "scores", "decode_sentences_per_s") if k in out
+    }
+    records = points.records(end)
+    branches = [r["branch"] for r in records if "branch" in r]
+    summary: dict[str, Any] = {"budget_points": records}
+    if branches:
+        summary |= {"branch_steps": sum(b["steps"] for b in branches),
+                    "branch_seconds": round(sum(b["seconds"] for b in branches), 1)}  # fmt: skip
+    return summary
 
 
 def initial_loss(model, valid_batches: list, spec, device: torch.device, directory: Path, log: Log,

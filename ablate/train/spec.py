@@ -19,7 +19,8 @@ from ablate.data.tokenizer import TokenizerSpec
 from ablate.errors import SpecValueError
 from ablate.model.spec import ModelSpec
 from ablate.train.evaluation import EvaluationSpec
-from ablate.train.trainer import TrainingSpec
+from ablate.train.schedules import SCHEDULE
+from ablate.train.trainer import POINT_BUDGETS, TrainingSpec
 
 __all__ = ["DataSpec", "EvaluationSpec", "ModelSpec", "RunSpec", "TokenizerSpec", "TrainingSpec"]
 
@@ -49,5 +50,35 @@ class RunSpec(Section):
             raise SpecValueError(
                 f"tying '{tying.name}' shares one matrix across languages and needs tokenizer.joint: true",
                 ("model", "tying"),
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _budget_points(self) -> RunSpec:
+        """Budget points in the run's one reproducible unit, ending where it ends, on a schedule that allows them."""
+        points = self.evaluation.budgets
+        if points is None:
+            return self
+        where = ("evaluation", "budgets")
+        limits = self.training.budgets()
+        if len(limits) != 1 or next(iter(limits)) not in POINT_BUDGETS:
+            raise SpecValueError(
+                f"budget points need the run's length in exactly one of training.{', '.join(POINT_BUDGETS)}, "
+                f"got {', '.join(f'training.{k}' for k in limits)}",
+                where,
+            )
+        ((unit, end),) = limits.items()
+        if unit == "max_steps" and any(p != int(p) for p in points):
+            raise SpecValueError(f"steps are whole numbers, got [{', '.join(f'{p:g}' for p in points)}]", where)
+        if points[-1] != end:
+            raise SpecValueError(f"the last budget point ({points[-1]:g}) must be the run's end, training.{unit} "
+                                 f"({end:g})", where)  # fmt: skip
+        schedule = SCHEDULE.build(self.training.schedule, d_model=self.model.d_model)
+        if schedule.uses_length and schedule.cooldown is None and len(points) > 1:
+            raise SpecValueError(
+                f"schedule '{self.training.schedule.name}' depends on the run's length, so a budget point is not "
+                "the run of that length: use wsd, whose budget points are cooldown branches, or a schedule "
+                "that does not (inverse_sqrt, noam, linear_warmup, constant)",
+                where,
             )
         return self

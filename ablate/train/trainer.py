@@ -5,10 +5,12 @@ The model knows nothing of this module; this module knows nothing of corpora or 
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import math
 import time
-from collections.abc import Callable, Sequence
-from contextlib import nullcontext
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager, nullcontext
 from dataclasses import asdict, dataclass
 from typing import Annotated, Any, Literal
 
@@ -84,6 +86,8 @@ class TrainingSpec(Section):
 
 BUDGETS = ("max_steps", "max_epochs", "max_target_tokens", "max_flops", "max_seconds")
 """What a run's length can be set in: steps, passes, target tokens, training FLOPs, seconds of training."""
+POINT_BUDGETS = ("max_steps", "max_target_tokens", "max_flops")
+"""The budgets that budget points (evaluation.budgets) may be counted in: those a rerun reaches at the same step."""
 
 
 def precision_name(device: torch.device, precision: str) -> str:
@@ -174,6 +178,14 @@ class Trainer:
         self._since: float | None = None  # when fit last started counting train_seconds
         self._tenths = 0  # tenths of the budget validated at (see _validation_due)
 
+    def branch(self, spec: TrainingSpec) -> Trainer:
+        """This trainer under another spec (a wsd budget's cooldown branch, ablate.train.budgets): the same model,
+        wrapper, optimizer and schedule, its step, data position and totals as they stand. Training either trains
+        the shared model: the caller keeps the other's state to come back to."""
+        other = copy.copy(self)
+        other.spec, other.totals = spec, dataclasses.replace(self.totals)
+        return other
+
     def updates(self, examples: Sequence[Example], epoch: int) -> list[list[list[int]]]:
         """The epoch's batches, grouped into optimizer updates of about `batch_tokens` target tokens."""
         batches = batch_indices(examples, self.spec.max_tokens, self.spec.seed * 100_003 + epoch)
@@ -240,13 +252,16 @@ class Trainer:
 
     def fit(self, examples: Sequence[Example], on_step: Callable[[Progress], None] | None = None,
             on_validate: Callable[[int], None] | None = None, on_checkpoint: Callable[[int], None] | None = None,
-            should_stop: Callable[[], bool] | None = None) -> Outcome:  # fmt: skip
-        """Trains until max_steps or max_epochs, from wherever the trainer's step, epoch and position are.
+            should_stop: Callable[[], bool] | None = None,
+            before_update: Callable[[], bool] | None = None) -> Outcome:  # fmt: skip
+        """Trains until its budget is used, from wherever the trainer's step, epoch and position are.
 
         `should_stop` is asked after every step; when it says so (on any rank), training stops with
-        status `interrupted`, after `on_checkpoint`.
+        status `interrupted`, after `on_checkpoint`. `before_update` is called before every update (budget
+        points: ablate.train.budgets); when it returns True, training stops as interrupted, and checkpointing
+        is its business.
         """
-        spec, totals = self.spec, self.totals
+        spec = self.spec
         if spec.max_flops is not None and self.flop_model is None:
             raise ValueError("a max_flops budget needs the trainer's flop_model")
         self.model.train()
@@ -255,6 +270,10 @@ class Trainer:
         first = True
         updates = self.updates(examples, self.epoch)
         while not self.done():
+            if before_update is not None and before_update():
+                self._count_time()
+                return Outcome(Status.INTERRUPTED, self.step, self.epoch + self.epoch_fraction,
+                               f"stopped at step {self.step}")  # fmt: skip
             if self.position >= len(updates):
                 self.epoch, self.position, self.epoch_fraction = self.epoch + 1, 0, 0.0
                 updates = self.updates(examples, self.epoch)
@@ -268,6 +287,7 @@ class Trainer:
             t0 = time.perf_counter()
             loss = self.train_step(batches, n_tgt, [w for _, w in shards])
             seconds = time.perf_counter() - t0
+            totals = self.totals  # not held across steps: a budget branch's end restores the trunk's
             totals.src_tokens += n_src
             totals.tgt_tokens += n_tgt
             totals.step_seconds += seconds
@@ -311,6 +331,16 @@ class Trainer:
         if due:
             self._tenths = max(tenths, self._tenths + 1)  # a rank whose clock lags does not validate twice
         return due
+
+    @contextmanager
+    def aside(self) -> Iterator[None]:
+        """Work done inside (a budget point's evaluation, a cooldown branch) is not counted in train_seconds."""
+        self._count_time()
+        try:
+            yield
+        finally:
+            if self._since is not None:
+                self._since = time.perf_counter()
 
     def _count_time(self) -> None:
         """Adds the wall time since fit started (or since the last count) to train_seconds."""

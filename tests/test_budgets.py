@@ -1,0 +1,205 @@
+"""Budget points (evaluation.budgets): a point is the run of that length, a wsd branch is a wsd run of that length.
+
+The equality tests compare, sentence for sentence, a budget point's hypotheses with those of a run trained to
+that budget alone with the same seed; on one machine and thread count training is deterministic, so anything
+but identity is a bug.
+"""
+
+import json
+import math
+import signal
+import time
+
+import pytest
+
+import ablate
+from ablate.errors import SpecError
+from ablate.rundir import POINT, budget_dir, budget_name
+from ablate.train.budgets import BudgetPoints
+from ablate.train.schedules import SCHEDULE
+from ablate.train.trainer import TrainingSpec
+from tests.conftest import cli
+from tests.test_runner import losses, result, start
+
+WSD = "{name: wsd, lr: 0.003, warmup: 20, cooldown: 0.5}"
+# Two budget points, 100 and 200 steps, checkpoints 10 steps apart and the last 3 averaged, so that a point's
+# average reaches back before a branch's fork. `alone100` and `wsd_alone100` are the 100-step runs to compare with.
+EXPERIMENT = f"""
+name: points
+model: {{d_model: 32, heads: 2, d_ff: 64, encoder_layers: 1, decoder_layers: 1, dropout: 0.1}}
+tokenizer: {{vocab_size: 500}}
+data: {{max_pairs: 2000}}
+training:
+  schedule: {{name: inverse_sqrt, lr: 0.003, warmup: 20}}
+  max_tokens: 2000
+  max_steps: 200
+  checkpoint_every: 10
+  validate_every: 100
+  valid_bleu_pairs: 20
+evaluation: {{average_checkpoints: 3, budgets: [100, 200], beam_size: 2, max_extra_len: 10}}
+variants:
+  alone100: {{training.max_steps: 100, evaluation.budgets: null}}
+  wsd: {{training.schedule: {WSD}}}
+  wsd_alone100: {{training.schedule: {WSD}, training.max_steps: 100, evaluation.budgets: null}}
+"""
+SPLIT = "test_2016_flickr"
+ONE_THREAD = ["--threads-per-run", "1"]  # thread counts change round-off: every run compared here trains on one
+
+
+def run_dir(root, run):
+    return root / "points" / "runs" / run / "seed-1"
+
+
+def hypotheses(directory):
+    return (directory / "hypotheses" / f"{SPLIT}.txt").read_text().splitlines()
+
+
+@pytest.fixture(scope="module")
+def sweep(tmp_path_factory):
+    root = tmp_path_factory.mktemp("points")
+    path = root / "points.yaml"
+    path.write_text(EXPERIMENT)
+    done = cli("run", str(path), "--results", str(root / "results"), *ONE_THREAD)
+    assert done.returncode == 0, done.stderr
+    return path, root / "results"
+
+
+def test_a_budget_point_is_the_run_trained_to_that_budget_alone(sweep):
+    _, root = sweep
+    point = budget_dir(run_dir(root, "baseline"), 100)
+    alone = run_dir(root, "alone100")
+    assert hypotheses(point) == hypotheses(alone)
+    record, single = json.loads((point / POINT).read_text()), result(root / "points", "alone100")
+    assert record["averaged_steps"] == single["averaged_steps"] == [80, 90, 100]
+    assert record["valid_loss"] == single["valid_loss"]
+    assert record["scores"][SPLIT]["bleu"] == single["scores"][SPLIT]["bleu"]
+    # the trunk went on: its end is the run's, and its training was not disturbed by the point's evaluation
+    whole = result(root / "points", "baseline")
+    assert [p["budget"] for p in whole["budget_points"]] == [100, 200]
+    assert whole["budget_points"][-1]["valid_loss"] == whole["valid_loss"]
+    assert losses(root / "points", "baseline")[:100] == losses(root / "points", "alone100")
+
+
+def test_a_wsd_branch_is_the_wsd_run_of_that_length(sweep):
+    _, root = sweep
+    trunk = run_dir(root, "wsd")
+    point = budget_dir(trunk, 100)
+    assert hypotheses(point) == hypotheses(run_dir(root, "wsd_alone100"))
+    record = json.loads((point / POINT).read_text())
+    single = result(root / "points", "wsd_alone100")
+    assert record["valid_loss"] == single["valid_loss"] and record["averaged_steps"] == single["averaged_steps"]
+    assert record["branch"]["from_step"] == 50 and record["branch"]["steps"] == 50  # (1 - 0.5) * 100
+    branch_losses = [
+        (r["step"], r["loss"]) for r in map(json.loads, (point / "metrics.jsonl").read_text().splitlines())
+    ]
+    assert branch_losses == losses(root / "points", "wsd_alone100")[50:]  # the cooldown, step by step
+    assert not (point / "checkpoints").exists()  # evaluated and dropped
+    # the trunk went on at the constant rate from where it forked: its first 100 steps are the 200-step run's
+    whole = result(root / "points", "wsd")
+    assert whole["branch_steps"] == 50
+    trunk_lr = [r["lr"] for r in map(json.loads, (trunk / "metrics.jsonl").read_text().splitlines()) if "lr" in r]
+    assert trunk_lr[20:100] == [0.003] * 80 and trunk_lr[-1] < 0.003 * 0.1
+
+
+def test_kill_9_inside_a_branch_resumes_the_branch(sweep, tmp_path):
+    path, straight = sweep
+    args = [str(path), "--only", "wsd", "--results", str(tmp_path), *ONE_THREAD]
+    proc = start(*args)
+    branch = budget_dir(run_dir(tmp_path, "wsd"), 100)
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline and proc.poll() is None:  # a branch checkpoint past the fork (step 50)
+        info = branch / "checkpoints" / "last.json"
+        if info.is_file() and json.loads(info.read_text() or "{}").get("step", 0) >= 60:
+            break
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGKILL)
+    proc.communicate()
+    assert not (branch / POINT).exists(), "the kill came after the branch was scored"
+    resumed = cli("run", *args)
+    assert resumed.returncode == 0, resumed.stderr
+    assert hypotheses(branch) == hypotheses(budget_dir(run_dir(straight, "wsd"), 100))
+    assert hypotheses(run_dir(tmp_path, "wsd")) == hypotheses(run_dir(straight, "wsd"))
+    killed, whole = result(tmp_path / "points", "wsd"), result(straight / "points", "wsd")
+    for key in ("valid_loss", "averaged_steps", "branch_steps", "train_target_tokens"):
+        assert killed[key] == whole[key], key
+    assert [p["valid_loss"] for p in killed["budget_points"]] == [p["valid_loss"] for p in whole["budget_points"]]
+    assert losses(tmp_path / "points", "wsd") == losses(straight / "points", "wsd")
+
+
+def test_a_scored_point_is_not_evaluated_again(tmp_path):
+    spec = TrainingSpec(max_steps=400)
+    (budget_dir(tmp_path, 100)).mkdir(parents=True)
+    (budget_dir(tmp_path, 100) / POINT).write_text("{}")
+
+    class At:  # what BudgetPoints reads of a trainer
+        schedule = SCHEDULE.build(SCHEDULE.parse("inverse_sqrt"), d_model=32)
+
+        def __init__(self, step):
+            self.step = step
+
+        def used(self):
+            return {"max_steps": self.step}
+
+    points = BudgetPoints([100, 200, 400], spec, tmp_path, "hash", rank=0)
+    assert points.due(At(150)) == [] and points.due(At(200)) == [200]
+    points.forget()  # a run that starts over
+    assert points.due(At(200)) == [100, 200] and not (tmp_path / "budgets").exists()
+
+
+def test_wsd_is_warmup_then_constant_then_a_cooldown_over_the_last_fraction():
+    def lr(progress, step=1000, **params):
+        spec = {"name": "wsd", "lr": 1e-3, "warmup": 100, "cooldown": 0.2} | params
+        return SCHEDULE.build(SCHEDULE.parse(spec), d_model=512)(step, progress)
+
+    assert lr(0.0, step=50) == pytest.approx(5e-4)  # warming up
+    assert lr(0.0) == lr(0.5) == lr(0.79) == 1e-3
+    assert lr(0.8) == pytest.approx(1e-3)  # the cooldown starts from the constant rate
+    # 1-sqrt (Hägele et al. 2024): lr * (1 - sqrt(t)), t the fraction of the cooldown done
+    assert lr(0.85) == pytest.approx(1e-3 * (1 - math.sqrt(0.25)))
+    assert lr(0.85, shape="linear") == pytest.approx(1e-3 * 0.75)
+    assert lr(0.85, final=0.1) == pytest.approx(1e-3 * (0.1 + 0.9 * 0.5))
+    assert lr(1.0) == pytest.approx(0.0, abs=1e-15) and lr(1.0, final=0.1) == pytest.approx(1e-4)
+
+
+@pytest.mark.parametrize("name", sorted(SCHEDULE.parts))
+def test_a_schedule_that_says_it_ignores_the_length_ignores_it(name):
+    """uses_length decides whether budget points are one run: it must say what the schedule does."""
+    schedule = SCHEDULE.build(SCHEDULE.parse(name), d_model=512)
+    rates = {schedule(step, progress) for step in (1, 50, 5000, 50_000) for progress in (0.0, 0.5, 0.95)}
+    by_step = {schedule(step, 0.0) for step in (1, 50, 5000, 50_000)}
+    assert (len(rates) > len(by_step)) == type(schedule).uses_length
+
+
+@pytest.mark.parametrize(
+    ("training", "budgets", "expected"),
+    [
+        ("{max_steps: 100, schedule: linear_decay}", "[50, 100]",
+         "schedule 'linear_decay' depends on the run's length, so a budget point is not the run of that length: "
+         "use wsd"),
+        ("{max_steps: 100}", "[50, 90]",
+         "evaluation.budgets: the last budget point (90) must be the run's end, training.max_steps (100)"),
+        ("{max_steps: 100}", "[50, 50, 100]", "evaluation.budgets: must increase, got [50, 50, 100]"),
+        ("{max_steps: 100}", "[50.5, 100]", "evaluation.budgets: steps are whole numbers, got [50.5, 100]"),
+        ("{max_steps: 100, max_seconds: 60}", "[50, 100]",
+         "evaluation.budgets: budget points need the run's length in exactly one of training.max_steps, "
+         "max_target_tokens, max_flops, got training.max_steps, training.max_seconds"),
+    ],
+)  # fmt: skip
+def test_budget_points_that_cannot_mean_a_run_of_that_length_are_a_spec_error(write, training, budgets, expected):
+    text = f"name: e\nmodel: {{d_model: 32, heads: 2}}\ntraining: {training}\nevaluation: {{budgets: {budgets}}}\n"
+    path = write("e.yaml", text)
+    with pytest.raises(SpecError) as info:
+        ablate.load_experiment(path)
+    assert any(expected in line for line in info.value.lines), info.value.lines
+
+
+def test_a_bad_budget_point_stops_the_cli_with_one_line(write):
+    text = "name: e\ntraining: {max_steps: 100, schedule: linear_decay}\nevaluation: {budgets: [50, 100]}\n"
+    path = write("e.yaml", text)
+    done = cli("run", str(path), "--dry-run")
+    assert done.returncode == 2
+    assert done.stderr.strip().count("\n") == 0 and "use wsd" in done.stderr and str(path) in done.stderr
+
+
+def test_budget_names_are_the_budget_as_people_write_it():
+    assert [budget_name(b) for b in (2000, 2000.0, 0.5, 1.5e18)] == ["2000", "2000", "0.5", "1.5e+18"]
