@@ -92,6 +92,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     report.add_argument("--at", choices=["all", "best-lr"], default="all",
                         help="in a learning-rate sweep: every run at every rate (all, default), or each run at "
                         "its own best rate (best-lr)")  # fmt: skip
+    report.add_argument("--at-budget", type=_budget, metavar="N",
+                        help="every run as it stood at budget point N (evaluation.budgets)")  # fmt: skip
     report.add_argument("--no-files", action="store_true",
                         help="do not write <experiment>/report/ (tables, cards, plots, index.html)")  # fmt: skip
     report.set_defaults(handler=cmd_report)
@@ -242,6 +244,17 @@ def _positive(value: str) -> int:
     return number
 
 
+def _budget(value: str) -> float:
+    """A budget point: 2000, 2e6 or 1.5e18 (in the unit of the runs' budget)."""
+    try:
+        number = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a budget point such as 2000 or 1.5e18, got '{value}'") from None
+    if not number > 0 or number == float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a positive budget point, got {value}")
+    return number
+
+
 def _seeds(value: str) -> list[int] | int:
     """`--seeds 3` (three seeds from training.seed on) or `--seeds 1,5,9`."""
     try:
@@ -267,7 +280,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     out = console()
     reports, written = [], []
     for directory in find_experiments(args.results_dir):
-        report = build(directory, args.significance, args.at, columns, args.sort, args.reverse)
+        report = build(directory, args.significance, args.at, columns, args.sort, args.reverse, args.at_budget)
         reports.append(report)
         if args.format == "terminal":
             print_report(out, report, compact=args.columns is None)

@@ -5,15 +5,20 @@ that budget alone with the same seed; on one machine and thread count training i
 but identity is a bug.
 """
 
+import csv
 import json
 import math
 import signal
 import time
+from pathlib import Path
 
 import pytest
 
 import ablate
 from ablate.errors import SpecError
+from ablate.report.budgets import holm, rank_agreement, verdict
+from ablate.report.results import ExperimentResults, JobRecord
+from ablate.report.significance import Interval, seeds_needed
 from ablate.rundir import POINT, budget_dir, budget_name
 from ablate.train.budgets import BudgetPoints
 from ablate.train.schedules import SCHEDULE
@@ -203,3 +208,110 @@ def test_a_bad_budget_point_stops_the_cli_with_one_line(write):
 
 def test_budget_names_are_the_budget_as_people_write_it():
     assert [budget_name(b) for b in (2000, 2000.0, 0.5, 1.5e18)] == ["2000", "2000", "0.5", "1.5e+18"]
+
+
+def report(*args):
+    done = cli("report", *args)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def test_the_report_tables_every_run_at_every_budget_with_tau_verdicts_and_a_plot(sweep):
+    _, root = sweep
+    out = report(str(root / "points"))
+    assert "points: effect against compute" in out and "points: rank agreement across" in out
+    assert "Verdicts, first against last budget point" in out and "\n  wsd: " in out
+    folder = root / "points" / "report"
+    rows = list(csv.DictReader((folder / "budgets.csv").open()))
+    assert [(r["run"], r["budget"]) for r in rows] == [("baseline", "100"), ("baseline", "200"), ("wsd", "100"),
+                                                         ("wsd", "200")]  # fmt: skip
+    runs = root / "points" / "runs"
+    for row in rows:
+        b = float(row["budget"])
+        bleu = {run: point(runs / run / "seed-1", b)["scores"][SPLIT]["bleu"] for run in ("baseline", "wsd")}
+        assert float(row["BLEU"]) == bleu[row["run"]]
+        if row["run"] == "wsd":  # against the baseline at the same budget, with its interval around it
+            assert float(row["ΔBLEU"]) == pytest.approx(bleu["wsd"] - bleu["baseline"], abs=0.011)
+            assert float(row["ΔBLEU lo"]) <= float(row["ΔBLEU"]) <= float(row["ΔBLEU hi"])
+            assert row["Holm"] in ("yes", "no")
+    assert (folder / "budgets.svg").is_file() and "Effect against compute" in (folder / "index.html").read_text()
+
+
+def point(directory, budget):
+    """A job's record at a budget point: point.json before its end, result.json's last point at it."""
+    whole = json.loads((directory / "result.json").read_text())
+    return next(p for p in whole["budget_points"] if float(p["budget"]) == budget)
+
+
+def test_at_budget_tables_every_run_as_it_stood_there(sweep):
+    _, root = sweep
+    text = report(str(root / "points"), "--at-budget", "100", "--format", "csv", "--no-files")
+    rows = {r["run"]: r for r in csv.DictReader(line for line in text.splitlines() if not line.startswith("#"))}
+    assert set(rows) == {"baseline", "wsd"}  # the runs without budget points have none at 100
+    for run in rows:
+        record = json.loads((budget_dir(run_dir(root, run), 100) / POINT).read_text())
+        assert float(rows[run]["BLEU"]) == record["scores"][SPLIT]["bleu"]
+        assert float(rows[run]["valid loss"]) == round(record["valid_loss"], 3)
+
+
+def test_at_a_budget_no_run_reached_is_one_line(sweep):
+    _, root = sweep
+    done = cli("report", str(root / "points"), "--at-budget", "150", "--no-files")
+    assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
+    assert "--at-budget 150:" in done.stderr and "(budget points: 100, 200)" in done.stderr
+
+
+def test_seeds_needed_are_cohens_two_sample_figures():
+    """80% power at α = 0.05, two-sided: 64 a group for d = 0.5, 26 for d = 0.8, 17 for d = 1 (Cohen 1988)."""
+    assert [seeds_needed(d, 1.0) for d in (0.5, 0.8, 1.0)] == ["64", "26", "17"]
+    assert seeds_needed(0.25, 0.5) == "64"  # only the ratio counts
+    assert seeds_needed(0.0, 1.0) == "> 1000" and seeds_needed(0.01, 1.0) == "> 1000"
+
+
+def interval(delta, p, df=1e9):
+    """An interval Δ ± 1.96·se whose two-sided p (normal, as df → ∞) is `p`."""
+    from scipy.stats import norm
+
+    se = abs(delta) / norm.isf(p / 2)
+    return Interval(delta, delta - 1.959964 * se, delta + 1.959964 * se, True, df)
+
+
+def test_holm_keeps_the_rows_that_survive_the_step_down():
+    ps = {"a": 0.01, "b": 0.04, "c": 0.03, "d": 0.005}  # plain: all four below 0.05
+    rows = {(run, 100.0): interval(1.0, p) for run, p in ps.items()}
+    # sorted 0.005 <= 0.05/4, 0.01 <= 0.05/3, then 0.03 > 0.05/2 stops it
+    assert holm(rows) == {("d", 100.0), ("a", 100.0)}
+
+
+@pytest.mark.parametrize(
+    ("first", "last", "expected"),
+    [
+        ((1.0, 0.001), (1.1, 0.001), "holds"),
+        ((1.0, 0.001), (3.0, 0.0001), "grows"),
+        ((3.0, 0.0001), (1.0, 0.001), "shrinks"),
+        ((1.0, 0.001), (-1.0, 0.001), "flips"),
+        ((2.0, 0.0001), (0.05, 0.9), "vanishes"),
+        ((0.05, 0.9), (2.0, 0.0001), "emerges"),
+        ((0.3, 0.2), (0.4, 0.3), "not resolved"),
+        ((1.0, 0.04), (0.2, 0.7), "not resolved"),  # the effect went inside 0, but not resolvedly below its start
+    ],
+)
+def test_a_verdict_is_said_only_where_the_intervals_support_it(first, last, expected):
+    assert verdict(interval(*first), interval(*last)) == expected
+
+
+def test_kendall_tau_between_budgets_and_between_seeds():
+    def view(bleus):  # run -> BLEU of seeds 1 and 2
+        exp = ExperimentResults("e", Path("."))
+        for run, (s1, s2) in bleus.items():
+            for seed, bleu in ((1, s1), (2, s2)):
+                result = {"status": "completed", "seed": seed, "scores": {SPLIT: {"bleu": bleu}}}
+                exp.runs.setdefault(run, []).append(JobRecord(Path(run), result, {}))
+        return exp
+
+    early = view({"a": (1, 1), "b": (2, 2), "c": (3, 3), "d": (4, 4)})
+    late = view({"a": (1, 1), "b": (2, 2), "c": (4, 4), "d": (3, 4.5)})  # c and d change places in the mean
+    frame, _ = rank_agreement(early, {100.0: early, 200.0: late}, SPLIT)
+    taus = dict(zip(frame["between"], frame["Kendall τ"], strict=True))
+    assert taus["100 and 200"] == round((5 - 1) / 6, 2)  # 5 concordant pairs, 1 discordant, of 6
+    assert taus["seeds at 100"] == 1.0 and taus["seeds at 200"] == round((5 - 1) / 6, 2)

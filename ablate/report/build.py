@@ -1,7 +1,9 @@
 """`ablate report`: every table of an experiment computed once, then printed and written to <experiment>/report/.
 
-load       the run directories (ablate.report.results), or, with `at="best-lr"`, each run at its best rate
-tables     the comparison (frame.py), learning-rate sensitivity, BLEU by length, the paper's Table 3
+load       the run directories (ablate.report.results), or, with `at="best-lr"`, each run at its best rate, or
+           with `at_budget`, each run as it stood at that budget point
+tables     the comparison (frame.py), learning-rate sensitivity, BLEU by length, the paper's Table 3, and the
+           runs across budget points (budgets.py)
 print      on the terminal, or rendered as md, csv, latex or html
 write      <experiment>/report/: every table in every format, the run cards, the plots and index.html
 """
@@ -18,6 +20,7 @@ from ablate.errors import UserError
 from ablate.files import write_text
 from ablate.report import figures, plots
 from ablate.report.breakdown import length_frame, optional_frame
+from ablate.report.budgets import Budgets, at_budget, budget_table
 from ablate.report.frame import report_frame, select
 from ablate.report.literature import TITLE, literature_frame
 from ablate.report.page import page
@@ -40,12 +43,15 @@ class Report:
     notes: list[str]
     lr: Table | None  # learning-rate sensitivity, in a learning-rate sweep
     against: Table | None  # each row beside the paper's Table 3, where a run changes one of its settings
+    budgets: Budgets | None  # every run at every budget point, where runs have several
 
 
 def build(directory: Path, test: str = "bs", at: Literal["all", "best-lr"] = "all", columns: list[str] | None = None,
-          sort: str | None = None, reverse: bool = False) -> Report:  # fmt: skip
-    """Reads one experiment's results and computes its tables."""
+          sort: str | None = None, reverse: bool = False, budget: float | None = None) -> Report:  # fmt: skip
+    """Reads one experiment's results and computes its tables; `budget`: every run as it stood at that point."""
     source = exp = load_results(directory)
+    if budget is not None:
+        source = exp = at_budget(source, budget)
     lr = sensitivity_frame(source) if swept(source) else None
     if at == "best-lr":
         if lr is None:
@@ -56,7 +62,13 @@ def build(directory: Path, test: str = "bs", at: Literal["all", "best-lr"] = "al
     optional = optional_frame(exp) if columns or sort else None  # it reads every diagnostics.jsonl
     frame = select(full, columns, sort, reverse, optional)
     title = f"{exp.name} ({directory})" + (", each run at its best learning rate" if at == "best-lr" else "")
-    return Report(exp, source, title, frame, notes, lr, literature_frame(exp, full))
+    if budget is not None:
+        title += f", every run at budget point {budget:g}"
+    budgets = budget_table(source) if budget is None else None
+    return Report(exp, source, title, frame, notes, lr, literature_frame(exp, full), budgets)
+
+
+BUDGETS_TITLE, AGREEMENT_TITLE = "effect against compute", "rank agreement across budgets"
 
 
 def print_report(console, report: Report, compact: bool = True) -> None:
@@ -66,6 +78,18 @@ def print_report(console, report: Report, compact: bool = True) -> None:
         print_table(console, f"{report.exp.name}: learning-rate sensitivity", *report.lr)
     if report.against is not None:
         print_table(console, f"{report.exp.name}: {TITLE}", *report.against)
+    if report.budgets is not None:
+        print_table(console, f"{report.exp.name}: {BUDGETS_TITLE}", *budget_tables(report.budgets)[0])
+        print_table(console, f"{report.exp.name}: {AGREEMENT_TITLE}", *budget_tables(report.budgets)[1])
+
+
+def budget_tables(budgets: Budgets) -> tuple[Table, Table]:
+    """The table of runs at budget points, the verdicts among its notes; and the rank agreement table."""
+    verdicts = [f"{run}: {line}" for run, line in budgets.verdicts.items()]
+    if verdicts:
+        verdicts.insert(0, "Verdicts, first against last budget point (holds, grows, shrinks, vanishes, flips, "
+                        "emerges, or not resolved where the intervals do not say):")  # fmt: skip
+    return (budgets.frame, [*budgets.notes, *verdicts]), (budgets.agreement, budgets.agreement_notes)
 
 
 def render_all(reports: list[Report], fmt: str) -> str:
@@ -99,11 +123,17 @@ def write_report(report: Report) -> list[Path]:
         files |= {f"paper.{name.split('.')[1]}": render(fmt, paper_table, f"{exp.name}: {TITLE}", paper_notes)
                   for fmt, name in FILES.items()}  # fmt: skip
         tables.append((TITLE[0].upper() + TITLE[1:], paper_table, paper_notes))
+    if report.budgets is not None:  # budgets.md, budgets.csv; the rank agreement on the page
+        (budget_frame, budget_notes), agreement = budget_tables(report.budgets)
+        files |= {f"budgets.{fmt}": render(fmt, budget_frame, f"{exp.name}: {BUDGETS_TITLE}", budget_notes)
+                  for fmt in ("md", "csv")}  # fmt: skip
+        tables += [(BUDGETS_TITLE[0].upper() + BUDGETS_TITLE[1:], budget_frame, budget_notes),
+                   (AGREEMENT_TITLE[0].upper() + AGREEMENT_TITLE[1:], *agreement)]  # fmt: skip
     for name, content in files.items():
         write_text(folder / name, content)
     written = [folder / name for name in files]
     if figures.available():
-        written += plots.write_plots(exp, folder)
+        written += plots.write_plots(exp, folder, report.budgets)
     svgs = [p for p in written if p.suffix == ".svg"]
     absent = "nothing to plot" if figures.available() else "matplotlib is not installed"
     write_text(folder / "index.html", page(report.title, tables, files["cards.md"], svgs, absent))

@@ -16,9 +16,10 @@ import pandas as pd
 
 from ablate.errors import UserError, did_you_mean
 from ablate.report.results import ExperimentResults, JobRecord, references
-from ablate.report.significance import Interval
+from ablate.report.significance import POWER_NOTE, Interval, pooled_sd, seeds_needed
 
 COLUMNS = ["run", "differs", "params", "BLEU", "BLEU std", "n", "ΔBLEU", "ΔBLEU lo", "ΔBLEU hi", "CI over", "p",
+           "seeds for 80%",
            "chrF", "len ratio", "valid loss", "valid ppl", "train tok/s", "tok/s vs baseline", "decode sent/s",
            "GFLOP/tgt tok", "train PFLOP", "TFLOP/s", "MFU", "budget", "peak MiB", "wall s", "device", "GPUs",
            "GPU ids", "cores", "core share", "precision", "status", "note"]  # fmt: skip
@@ -35,8 +36,9 @@ class Comparison:
     notes: list[str] = field(default_factory=list)
 
 
-def compare(exp: ExperimentResults, split: str, test: str) -> Comparison:
-    """Each run's length ratio, and its ΔBLEU interval and p-value against its reference (none with test "none").
+def compare(exp: ExperimentResults, split: str, test: str, p_values: bool = True) -> Comparison:
+    """Each run's length ratio, and its ΔBLEU interval and p-value against its reference (none with test "none";
+    no p-value without `p_values`).
 
     All of them need the test references; when they cannot be read, a note says so.
     """
@@ -89,7 +91,7 @@ def compare(exp: ExperimentResults, split: str, test: str) -> Comparison:
                 key, ([h for j in paired for h in by_seed[j.result["seed"]].hypotheses(split)], {})
             )
             group[1][run] = [h for j in paired for h in j.hypotheses(split)]
-    for key, (base_lines, systems) in tests.items():  # one test per reference and set of shared seeds
+    for key, (base_lines, systems) in tests.items() if p_values else ():  # one per reference and set of seeds
         out.p |= paired_test(base_lines, systems, refs * (len(key) - 1), lowercase, test)
     return out
 
@@ -121,6 +123,8 @@ def report_frame(exp: ExperimentResults, test: str = "bs") -> tuple[pd.DataFrame
         mean = mean_of(bleu)
         rate = speed(jobs)
         decode = [j.result["decode_sentences_per_s"] for j in ok if "decode_sentences_per_s" in j.result]
+        interval, spread = comparison.intervals.get(run), pooled_sd(bleu, bleu_of(reference))
+        unresolved = interval is not None and not interval.excludes_zero and spread is not None
         rows.append({
             "run": run, "differs": jobs[0].result.get("describe", "-"), "params": jobs[0].result.get("params"),
             "BLEU": mean, "BLEU std": round(statistics.stdev(bleu), 2) if len(bleu) > 1 else None, "n": len(bleu),
@@ -129,6 +133,7 @@ def report_frame(exp: ExperimentResults, test: str = "bs") -> tuple[pd.DataFrame
             "ΔBLEU lo": _rounded(comparison.intervals.get(run), "low"),
             "ΔBLEU hi": _rounded(comparison.intervals.get(run), "high"),
             "CI over": _covers(comparison.intervals.get(run)), "p": comparison.p.get(run),
+            "seeds for 80%": seeds_needed(interval.delta, spread) if unresolved else None,
             "chrF": mean_of([j.result["scores"][split]["chrf"] for j in ok if split in j.result.get("scores", {})]),
             "len ratio": comparison.length_ratio.get(run),
             "valid loss": mean_of([j.result["valid_loss"] for j in ok if "valid_loss" in j.result], 3),
@@ -159,6 +164,8 @@ def report_frame(exp: ExperimentResults, test: str = "bs") -> tuple[pd.DataFrame
     if split:
         notes.insert(0, f"BLEU and chrF on {split}: {_signature(exp, split)}")
     notes += explanations(comparison, test)
+    if any(row["seeds for 80%"] is not None for row in rows):
+        notes.append(POWER_NOTE)
     devices = {j.result["device"]: None for jobs in exp.runs.values() for j in jobs if "device" in j.result}
     if len(devices) > 1:
         notes.append(f"The runs trained on {len(devices)} different devices ({'; '.join(devices)}): train tok/s, "
@@ -173,7 +180,7 @@ def report_frame(exp: ExperimentResults, test: str = "bs") -> tuple[pd.DataFrame
         )
     frame = pd.DataFrame(rows, columns=COLUMNS, dtype=object)
     for optional in ("note", "GPU ids", "cores", "core share", "GFLOP/tgt tok", "train PFLOP", "TFLOP/s", "MFU",
-                     "budget"):  # fmt: skip
+                     "budget", "seeds for 80%"):  # fmt: skip
         # a re-run after a spec change, GPUs handed out, results from before FLOPs were counted: else no column
         if frame[optional].isna().all():
             frame = frame.drop(columns=optional)

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from ablate.report.breakdown import by_length
+from ablate.report.budgets import Budgets
 from ablate.report.diagnostic_plots import attention, gradient_norms, norms
 from ablate.report.figures import mean_band, save_figure
 from ablate.report.results import ExperimentResults, JobRecord
@@ -30,6 +31,8 @@ CAPTIONS = {
     "completed seeds, a band their min to max.",
     "bleu": "Test BLEU, the mean over seeds, with the std over seeds as error bars.",
     "lr": "Final validation loss against the peak learning rate, capped at the loss at initialisation.",
+    "budgets": "ΔBLEU against the baseline at the same budget point (log axis), its 95% interval over seeds and "
+    "test sentences as a band; and the validation loss of the model decoded there, the mean over seeds.",
     "length": "Test BLEU by source length in words (compare-mt's buckets): a line is the mean over the "
     "completed seeds, a band their min to max.",
     "gradnorm": "L2 norm of the gradient of each sublayer's parameters, at initialisation (before the first "
@@ -80,7 +83,7 @@ def _thin(points: list[Any]) -> list[Any]:
     return points[:: max(1, math.ceil(len(points) / MAX_POINTS))]
 
 
-def write_plots(exp: ExperimentResults, directory: Path) -> list[Path]:
+def write_plots(exp: ExperimentResults, directory: Path, budgets: Budgets | None = None) -> list[Path]:
     """Every plot the experiment's files allow; the paths written (a PNG and an SVG a plot)."""
     import matplotlib
 
@@ -94,7 +97,39 @@ def write_plots(exp: ExperimentResults, directory: Path) -> list[Path]:
     written = []
     for draw in (learning_curves, bleu_bars, learning_rates, lengths, gradient_norms, attention, norms):
         written += draw(exp, colors, directory)
+    if budgets is not None:
+        written += budget_plot(exp, budgets, colors, directory)
     return written
+
+
+def budget_plot(exp: ExperimentResults, budgets: Budgets, colors: dict[str, str], directory: Path) -> list[Path]:
+    """budgets.{png,svg}: ΔBLEU against budget (log axis) with its interval as a band; validation loss beside it."""
+    import matplotlib.pyplot as plt
+
+    fig, (delta_ax, loss_ax) = plt.subplots(1, 2, figsize=(11, 4.2), sharex=True)
+    frame = budgets.frame.to_dict("records")
+    for run, color in colors.items():
+        rows = [r for r in frame if r["run"] == run]
+        points = [(float(r["budget"]), r) for r in rows]
+        delta = [(b, r) for b, r in points if r["ΔBLEU"] is not None]
+        if delta:
+            xs = [b for b, _ in delta]
+            delta_ax.plot(xs, [r["ΔBLEU"] for _, r in delta], color=color, marker="o", markersize=3, label=run)
+            delta_ax.fill_between(xs, [r["ΔBLEU lo"] for _, r in delta], [r["ΔBLEU hi"] for _, r in delta],
+                                  color=color, alpha=0.15, linewidth=0)  # fmt: skip
+        loss = [(b, r["valid loss"]) for b, r in points if r["valid loss"] is not None]
+        if loss:
+            loss_ax.plot([b for b, _ in loss], [v for _, v in loss], color=color, marker="o", markersize=3, label=run)
+    delta_ax.axhline(0.0, color="grey", linewidth=0.8)
+    for ax, ylabel in ((delta_ax, f"ΔBLEU against the baseline, {exp.split()}"), (loss_ax, "validation loss")):
+        ax.set_xscale("log")
+        ax.set_xlabel(f"budget ({budgets.unit})" if budgets.unit else "budget")
+        ax.set_ylabel(ylabel)
+        ax.set_xticks(budgets.points, [f"{b:g}" for b in budgets.points])
+        ax.minorticks_off()
+    loss_ax.legend(fontsize="small")
+    fig.suptitle(f"{exp.name}: effect against compute (bands: 95% interval over seeds and sentences)")
+    return save_figure(fig, directory, "budgets")
 
 
 def learning_curves(exp: ExperimentResults, colors: dict[str, str], directory: Path) -> list[Path]:

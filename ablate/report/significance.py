@@ -16,14 +16,22 @@ side, it covered 0 in about 80% of trials instead of 95%). With fewer than 2 see
 seed level cannot be estimated: the interval is then test-set sampling alone, and says so.
 
 `paired_test` is sacreBLEU's PairedTest (bootstrap or approximate randomisation), for p-values.
+
+`seeds_needed` is the power analysis for a row whose interval includes 0: how many seeds per arm a
+two-sample t-test needs to resolve a difference of the measured size at the measured seed spread.
 """
 
 from __future__ import annotations
 
+import math
+import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
+
+ALPHA, POWER = 0.05, 0.8
+MAX_SEEDS = 1000  # a power analysis that needs more says so instead of a number
 
 Scorer = Callable[[np.ndarray], np.ndarray]  # summed statistics (M, K) -> one corpus score each (M,)
 
@@ -123,3 +131,35 @@ def paired_test(baseline: Sequence[str], systems: dict[str, Sequence[str]], refe
     paired = PairedTest(named, {"BLEU": BLEU(lowercase=lowercase)}, [list(references)], test_type=test)
     _, scores = paired()
     return {name: result.p_value for name, result in zip(scores["System"][1:], scores["BLEU"][1:], strict=True)}
+
+
+def pooled_sd(a: list[float], b: list[float]) -> float | None:
+    """The pooled standard deviation over seeds of two arms (of those with two seeds or more); None if neither has."""
+    parts = [(len(x) - 1, statistics.variance(x)) for x in (a, b) if len(x) > 1]
+    if not parts:
+        return None
+    return math.sqrt(sum(d * v for d, v in parts) / sum(d for d, _ in parts))
+
+
+def seeds_needed(delta: float, sd: float, alpha: float = ALPHA, power: float = POWER) -> str:
+    """Seeds per arm for a two-sample t-test to detect `delta` at seed spread `sd` (noncentral t power)."""
+    from scipy.stats import nct, t
+
+    if delta == 0:
+        return f"> {MAX_SEEDS}"
+    if sd <= 0:
+        return "2"
+    for n in range(2, MAX_SEEDS + 1):
+        df, shift = 2 * n - 2, abs(delta) / (sd * math.sqrt(2 / n))
+        critical = float(t.ppf(1 - alpha / 2, df))
+        if float(nct.sf(critical, df, shift) + nct.cdf(-critical, df, shift)) >= power:
+            return str(n)
+    return f"> {MAX_SEEDS}"
+
+
+POWER_NOTE = (
+    "seeds for 80%: for a row whose interval includes 0, the seeds per arm a two-sample t-test needs to resolve a "
+    f"difference of the measured ΔBLEU at the measured seed spread (pooled sd of both arms) with {POWER:.0%} "
+    f"power at α = {ALPHA}. It counts seed variance alone, so it is a lower bound; > {MAX_SEEDS} means the "
+    "measured difference is too small to chase."
+)
