@@ -223,18 +223,28 @@ def test_the_report_tables_every_run_at_every_budget_with_tau_verdicts_and_a_plo
     assert "Verdicts, first against last budget point" in out and "\n  wsd: " in out
     folder = root / "points" / "report"
     rows = list(csv.DictReader((folder / "budgets.csv").open()))
-    assert [(r["run"], r["budget"]) for r in rows] == [("baseline", "100"), ("baseline", "200"), ("wsd", "100"),
-                                                         ("wsd", "200")]  # fmt: skip
+    # the 100-step runs are at their end there; the trunks at both points
+    assert [(r["run"], r["budget"]) for r in rows] == [
+        ("baseline", "100"), ("baseline", "200"), ("alone100", "100"), ("wsd", "100"), ("wsd", "200"),
+        ("wsd_alone100", "100"),
+    ]  # fmt: skip
     runs = root / "points" / "runs"
     for row in rows:
         b = float(row["budget"])
         bleu = {run: point(runs / run / "seed-1", b)["scores"][SPLIT]["bleu"] for run in ("baseline", "wsd")}
         assert float(row["BLEU"]) == bleu[row["run"]]
+        if row["run"] not in ("wsd", "baseline"):
+            continue
         if row["run"] == "wsd":  # against the baseline at the same budget, with its interval around it
             assert float(row["ΔBLEU"]) == pytest.approx(bleu["wsd"] - bleu["baseline"], abs=0.011)
             assert float(row["ΔBLEU lo"]) <= float(row["ΔBLEU"]) <= float(row["ΔBLEU hi"])
             assert row["Holm"] in ("yes", "no")
     assert (folder / "budgets.svg").is_file() and "Effect against compute" in (folder / "index.html").read_text()
+    # the built-in reproducibility check: each point against the run trained to that budget alone, here exact
+    checked = {(r["run"], r["budget"]): r for r in csv.DictReader((folder / "reproduced.csv").open())}
+    assert checked[("baseline", "100")]["trained alone as"] == "points/runs/alone100/seed-1"
+    assert checked[("wsd", "100")]["trained alone as"] == "points/runs/wsd_alone100/seed-1"
+    assert {(r["machine"], r["verdict"]) for r in checked.values()} == {("same: exact", "identical")}
 
 
 def point(directory, budget):
@@ -247,8 +257,9 @@ def test_at_budget_tables_every_run_as_it_stood_there(sweep):
     _, root = sweep
     text = report(str(root / "points"), "--at-budget", "100", "--format", "csv", "--no-files")
     rows = {r["run"]: r for r in csv.DictReader(line for line in text.splitlines() if not line.startswith("#"))}
-    assert set(rows) == {"baseline", "wsd"}  # the runs without budget points have none at 100
-    for run in rows:
+    assert set(rows) == {"baseline", "alone100", "wsd", "wsd_alone100"}  # the 100-step runs at their end
+    assert rows["alone100"]["ΔBLEU"] in ("0.0", "0")  # the same model as the baseline's point
+    for run in ("baseline", "wsd"):
         record = json.loads((budget_dir(run_dir(root, run), 100) / POINT).read_text())
         assert float(rows[run]["BLEU"]) == record["scores"][SPLIT]["bleu"]
         assert float(rows[run]["valid loss"]) == round(record["valid_loss"], 3)

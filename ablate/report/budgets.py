@@ -4,6 +4,7 @@ at_budget       the experiment's runs as they stood at one budget point (`ablate
 budget_table    BLEU ± sd and ΔBLEU [lo, hi] for each run and budget, with plain and Holm-corrected marks
 rank_agreement  Kendall τ of the runs' order between budgets, beside τ between seeds at one budget
 verdicts        a line a run: the effect holds, grows, shrinks, vanishes, flips, emerges, or is not resolved
+reproduction    each budget point against a run trained to that budget alone elsewhere under the results root
 
 A row's ΔBLEU interval is the comparison table's (ablate.report.significance: seeds and test sentences), at
 the same budget for both arms. Torch is not imported.
@@ -11,10 +12,13 @@ the same budget for both arms. Torch is not imported.
 
 from __future__ import annotations
 
+import copy
 import itertools
 import math
 import statistics
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 import pandas as pd
 
@@ -22,24 +26,57 @@ from ablate.errors import UserError
 from ablate.report.frame import BUDGET_UNITS, Comparison, compare, mean_of
 from ablate.report.results import ExperimentResults, JobRecord
 from ablate.report.significance import ALPHA, POWER_NOTE, Interval, pooled_sd, seeds_needed
-from ablate.rundir import budget_dir, budget_name
+from ablate.rundir import (
+    budget_dir,
+    budget_name,
+    config_hash,
+    finished_jobs,
+    read_hypotheses,
+    read_result,
+    seed_dirs,
+)
 
 POINT_KEYS = ("status", "step", "epochs", "scores", "valid_loss", "valid_ppl", "averaged_steps",
               "decode_sentences_per_s", "train_target_tokens", "train_flops", "error")  # fmt: skip
 
 
+def unit(exp: ExperimentResults) -> str | None:
+    """The budget key (max_steps, ...) of the runs with budget points; None when no run has them."""
+    for jobs in exp.runs.values():
+        for job in jobs:
+            if job.result.get("budget_points") and len(job.result.get("budget") or {}) == 1:
+                return next(iter(job.result["budget"]))
+    return None
+
+
+def points_of(job: JobRecord, key: str | None) -> list[dict[str, Any]]:
+    """A job's budget points; a run without them has one, its end, when its length is counted in `key` alone."""
+    if job.result.get("budget_points"):
+        return job.result["budget_points"]
+    limits = job.result.get("budget") or {}
+    if key is None or list(limits) != [key] or "status" not in job.result:
+        return []
+    return [{"budget": limits[key], "step": job.result.get("steps")} | {k: job.result[k] for k in POINT_KEYS
+                                                                         if k in job.result}]  # fmt: skip
+
+
 def budgets(exp: ExperimentResults) -> list[float]:
-    """The budget points any run of the experiment was scored at, in order."""
-    found = {float(p["budget"]) for jobs in exp.runs.values() for j in jobs for p in j.result.get("budget_points", [])}
-    return sorted(found)
+    """The budget points any run of the experiment was scored at, in order (runs' ends among them)."""
+    key = unit(exp)
+    return sorted({float(p["budget"]) for jobs in exp.runs.values() for j in jobs for p in points_of(j, key)})
 
 
 def at_budget(exp: ExperimentResults, budget: float) -> ExperimentResults:
-    """Each job as a run of length `budget` would have ended: its scores, validation loss and hypotheses there."""
+    """Each job as a run of length `budget` would have ended: its scores, validation loss and hypotheses there.
+
+    A run without budget points counts when its end is at `budget`: a 500-step run beside a run with a point at 500.
+    """
     out = ExperimentResults(exp.name, exp.directory)
+    key = unit(exp) or next((next(iter(j.result["budget"])) for jobs in exp.runs.values() for j in jobs
+                             if len(j.result.get("budget") or {}) == 1), None)  # fmt: skip
     for run, jobs in exp.runs.items():
         for job in jobs:
-            points = job.result.get("budget_points", [])
+            points = points_of(job, key)
             point = next((p for p in points if float(p["budget"]) == float(budget)), None)
             if point is None:
                 continue
@@ -48,6 +85,8 @@ def at_budget(exp: ExperimentResults, budget: float) -> ExperimentResults:
                 k: point[k] for k in POINT_KEYS if k in point
             }
             result["steps"] = point.get("step")
+            if key is not None:
+                result["budget"] = {key: point["budget"]}
             out.runs.setdefault(run, []).append(JobRecord(directory, result, job.config))
     if not any(out.runs.values()):
         known = ", ".join(budget_name(b) for b in budgets(exp)) or "none: no run set evaluation.budgets"
@@ -73,7 +112,7 @@ class Budgets:
 def budget_table(exp: ExperimentResults) -> Budgets | None:
     """Every run at every budget point; None when no run has more than one point."""
     points = budgets(exp)
-    if len(points) < 2:
+    if unit(exp) is None or len(points) < 2:
         return None
     split = exp.split()
     rows, intervals = [], {}
@@ -121,9 +160,8 @@ def budget_table(exp: ExperimentResults) -> Budgets | None:
         notes.append(POWER_NOTE)
     agreement, agreement_notes = rank_agreement(exp, views, split)
     verdict_lines = verdicts(exp, intervals, points)
-    limits = next((j.result["budget"] for jobs in exp.runs.values() for j in jobs if j.result.get("budget")), {})
-    unit = BUDGET_UNITS.get(next(iter(limits), ""), "")
-    return Budgets(points, unit, frame, notes, agreement, agreement_notes, verdict_lines, intervals)
+    counted = BUDGET_UNITS.get(unit(exp) or "", "")
+    return Budgets(points, counted, frame, notes, agreement, agreement_notes, verdict_lines, intervals)
 
 
 def _bleu(jobs: list[JobRecord], split: str | None) -> list[float]:
@@ -240,3 +278,64 @@ def verdict(first: Interval, last: Interval) -> str:
 def _show(i: Interval) -> str:
     sign = lambda v: f"{v:+.2f}".replace("-", "−")  # noqa: E731
     return f"{sign(i.delta)} [{sign(i.low)}, {sign(i.high)}]" + ("*" if i.excludes_zero else "")
+
+
+def reproduction(exp: ExperimentResults, root: Path) -> tuple[pd.DataFrame, list[str]] | None:
+    """Each budget point against a finished run under `root` trained to that budget alone, with the same spec and seed.
+
+    On the same machine (CPU model and ISA, threads, precision) training is deterministic, so the hypotheses
+    must be identical. Elsewhere a run diverges like another seed: its BLEU must lie within the 95% prediction
+    interval of the other run's seeds, t(n-1)·sd·√(1 + 1/n) about their mean.
+    """
+    key = unit(exp)
+    split = exp.split()
+    if key is None or split is None:
+        return None
+    finished = finished_jobs(root)
+    rows = []
+    for run, jobs in exp.runs.items():
+        for job in jobs:
+            for point in job.result.get("budget_points", []):
+                alone = copy.deepcopy(job.config)
+                alone["training"][key] = int(point["budget"]) if key == "max_steps" else point["budget"]
+                alone.get("evaluation", {}).pop("budgets", None)
+                other = finished.get(config_hash(alone))
+                if other is None or other == job.directory or split not in point.get("scores", {}):
+                    continue
+                rows.append(_reproduced(run, job, point, other, split))
+    if not rows:
+        return None
+    notes = [
+        "Each budget point against a finished run trained to that budget alone, with the same spec and seed "
+        "(found under the results root by its config hash). Same machine (CPU model and ISA, threads, precision): "
+        "training is deterministic, so the hypotheses must be identical. Another machine: the run diverges "
+        "like another seed, so its BLEU must lie within the 95% prediction interval of the other run's seeds."
+    ]
+    return pd.DataFrame(rows, dtype=object), notes
+
+
+def _reproduced(run: str, job: JobRecord, point: dict[str, Any], other: Path, split: str) -> dict[str, Any]:
+    from scipy.stats import t
+
+    theirs = read_result(other) or {}
+    bleu, their_bleu = point["scores"][split]["bleu"], theirs.get("scores", {}).get(split, {}).get("bleu")
+    same = all(job.result.get(k) == theirs.get(k) for k in ("device", "precision")) and job.result.get("device")
+    where = str(other.relative_to(other.parents[3]))  # <experiment>/runs/<run>/seed-<n>
+    row = {"run": run, "seed": job.result.get("seed"), "budget": budget_name(point["budget"]),
+           "trained alone as": where, "BLEU": bleu, "BLEU alone": their_bleu}  # fmt: skip
+    if same:
+        end = point is job.result["budget_points"][-1]
+        mine = read_hypotheses(job.directory, split, None if end else point["budget"])
+        alone = read_hypotheses(other, split)
+        differing = sum(a != b for a, b in zip(mine or [], alone or [], strict=False))
+        verdict_text = "identical" if mine == alone and mine is not None else f"DIFFERENT: {differing} sentences"
+        return row | {"machine": "same: exact", "verdict": verdict_text}
+    seeds = [r["scores"][split]["bleu"] for r in map(read_result, seed_dirs(other.parent))
+             if r and r.get("status") == "completed" and split in r.get("scores", {})]  # fmt: skip
+    if len(seeds) < 2:
+        return row | {"machine": "other", "verdict": "not judged: the other run has one seed, no spread"}
+    n, mean, sd = len(seeds), statistics.fmean(seeds), statistics.stdev(seeds)
+    half = float(t.ppf(0.975, n - 1)) * sd * math.sqrt(1 + 1 / n)
+    inside = abs(bleu - mean) <= half
+    return row | {"machine": "other: seed spread",
+                  "verdict": f"{'within' if inside else 'OUTSIDE'} {mean:.2f} ± {half:.2f} ({n} seeds)"}  # fmt: skip

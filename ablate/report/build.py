@@ -20,7 +20,7 @@ from ablate.errors import UserError
 from ablate.files import write_text
 from ablate.report import figures, plots
 from ablate.report.breakdown import length_frame, optional_frame
-from ablate.report.budgets import Budgets, at_budget, budget_table
+from ablate.report.budgets import Budgets, at_budget, budget_table, reproduction
 from ablate.report.frame import report_frame, select
 from ablate.report.literature import TITLE, literature_frame
 from ablate.report.page import page
@@ -44,6 +44,7 @@ class Report:
     lr: Table | None  # learning-rate sensitivity, in a learning-rate sweep
     against: Table | None  # each row beside the paper's Table 3, where a run changes one of its settings
     budgets: Budgets | None  # every run at every budget point, where runs have several
+    reproduced: Table | None  # budget points against runs trained to that budget alone, where there are some
 
 
 def build(directory: Path, test: str = "bs", at: Literal["all", "best-lr"] = "all", columns: list[str] | None = None,
@@ -65,10 +66,12 @@ def build(directory: Path, test: str = "bs", at: Literal["all", "best-lr"] = "al
     if budget is not None:
         title += f", every run at budget point {budget:g}"
     budgets = budget_table(source) if budget is None else None
-    return Report(exp, source, title, frame, notes, lr, literature_frame(exp, full), budgets)
+    reproduced = reproduction(source, directory.resolve().parent) if budget is None else None
+    return Report(exp, source, title, frame, notes, lr, literature_frame(exp, full), budgets, reproduced)
 
 
 BUDGETS_TITLE, AGREEMENT_TITLE = "effect against compute", "rank agreement across budgets"
+REPRODUCED_TITLE = "budget points against runs trained to that budget alone"
 
 
 def print_report(console, report: Report, compact: bool = True) -> None:
@@ -81,6 +84,8 @@ def print_report(console, report: Report, compact: bool = True) -> None:
     if report.budgets is not None:
         print_table(console, f"{report.exp.name}: {BUDGETS_TITLE}", *budget_tables(report.budgets)[0])
         print_table(console, f"{report.exp.name}: {AGREEMENT_TITLE}", *budget_tables(report.budgets)[1])
+    if report.reproduced is not None:
+        print_table(console, f"{report.exp.name}: {REPRODUCED_TITLE}", *report.reproduced)
 
 
 def budget_tables(budgets: Budgets) -> tuple[Table, Table]:
@@ -129,6 +134,10 @@ def write_report(report: Report) -> list[Path]:
                   for fmt in ("md", "csv")}  # fmt: skip
         tables += [(BUDGETS_TITLE[0].upper() + BUDGETS_TITLE[1:], budget_frame, budget_notes),
                    (AGREEMENT_TITLE[0].upper() + AGREEMENT_TITLE[1:], *agreement)]  # fmt: skip
+    if report.reproduced is not None:  # reproduced.md, reproduced.csv
+        files |= {f"reproduced.{fmt}": render(fmt, *report.reproduced[:1], f"{exp.name}: {REPRODUCED_TITLE}",
+                                              report.reproduced[1]) for fmt in ("md", "csv")}  # fmt: skip
+        tables.append((REPRODUCED_TITLE[0].upper() + REPRODUCED_TITLE[1:], *report.reproduced))
     for name, content in files.items():
         write_text(folder / name, content)
     written = [folder / name for name in files]

@@ -54,6 +54,9 @@ class BudgetPoints:
         self.spec, self.directory, self.config_hash, self.rank = spec, directory, config_hash, rank
         # read once, so that every rank agrees on what is left whatever rank 0 writes meanwhile
         self.scored = {b for b in self.points[:-1] if (budget_dir(directory, b) / POINT).is_file()}
+        if rank == 0:  # a kill between a branch's record and its clean-up leaves its checkpoints behind
+            for b in self.scored:
+                shutil.rmtree(budget_dir(directory, b) / CHECKPOINTS, ignore_errors=True)
 
     def forget(self) -> None:
         """A run that starts over drops the points of an earlier attempt (made, maybe, with another spec)."""
@@ -94,10 +97,11 @@ class BudgetPoints:
             weights = copy.deepcopy(trainer.model.state_dict())  # evaluation may load averaged weights
             scores = evaluate(self.directory, budget_dir(self.directory, b), trainer.step)
             record = self._record(b, trainer, {"status": str(Status.COMPLETED)} | scores)
-            self._write(b, record)
             trainer.model.load_state_dict(weights)
             if save is not None and trainer.step % (self.spec.checkpoint_every or 1):  # kept for this point alone
+                # dropped before the point is recorded: a point evaluated again after a kill saves them again
                 checkpoints.weights_path(self.directory, trainer.step).unlink(missing_ok=True)
+            self._write(b, record)
         distributed.barrier()
         self.scored.add(b)
 
