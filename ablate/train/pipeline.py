@@ -148,6 +148,7 @@ def train_and_evaluate(job: Job, rank: int, world: int, local_rank: int, stop) -
             directory.mkdir(parents=True, exist_ok=True)
             truncate_metrics(directory, resumed_at)
             log.say(f"budget point {directory.name}: cooling down from step {trainer.step}")
+            log.write({"phase": f"budget point {directory.name}: cooling down from step {trainer.step}"})
 
         def on_branch_step(p: Progress) -> None:
             branch.write({"step": p.step, "loss": round(p.loss, 4), "lr": p.lr,
