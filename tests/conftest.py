@@ -57,3 +57,16 @@ def write(tmp_path):
         return path
 
     return write
+
+
+# The files that take longest, longest first (pytest --durations in a fresh clone, two workers). Under
+# `--dist loadfile` a worker takes a whole file, in collection order, so these go first: the longest
+# processing time first keeps one worker from running the slowest file last while the other is idle.
+SLOWEST_FILES = ["test_check.py", "test_slurm_cluster.py", "test_budgets.py", "test_runner.py",
+                 "test_checkpoints.py", "test_report.py", "test_comparisons.py", "test_decoding.py",
+                 "test_precision.py", "test_run.py"]  # fmt: skip
+
+
+def pytest_collection_modifyitems(config, items):
+    rank = {name: i for i, name in enumerate(SLOWEST_FILES)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: each file keeps its own order
