@@ -210,7 +210,7 @@ def test_the_paper_base_is_what_the_spec_defaults_and_paper_recipe_say():
 def test_delta_bleu_intervals_cover_seeds_and_sentences(results):
     import numpy as np
 
-    from ablate.report.significance import bleu_scorer, bleu_statistics, delta_interval
+    from ablate.report.significance import bleu_scorer, bleu_statistics, delta_interval, pooled_sd, seeds_needed
 
     exp = load_results(results)
     refs = _references(exp)
@@ -231,6 +231,13 @@ def test_delta_bleu_intervals_cover_seeds_and_sentences(results):
     line = next(line for line in md.splitlines() if line.startswith("| pre_ln "))
     assert f"[{float(row['ΔBLEU lo']):+.2f}".replace("-", "−") in line
     assert ("*" in line) == (expected.low > 0 or expected.high < 0)
+    # an unresolved row says how many seeds a t-test would need at the measured size and spread
+    if expected.low <= 0 <= expected.high:
+        bleu = {run: [j.result["scores"][SPLIT]["bleu"] for j in exp.runs[run]] for run in ("baseline", "pre_ln")}
+        spread = pooled_sd(bleu["pre_ln"], bleu["baseline"])
+        assert row["seeds for 80%"] == seeds_needed(expected.delta, spread)
+    else:
+        assert row.get("seeds for 80%", "") == ""
 
 
 def test_length_ratio_is_each_runs_mean_over_seeds_and_needs_the_references(results, monkeypatch):

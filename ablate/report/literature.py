@@ -24,12 +24,13 @@ import pandas as pd
 from ablate.config import flatten
 from ablate.report.paper import TABLE3, TABLE3_BASE
 from ablate.report.results import ExperimentResults
+from ablate.report.significance import POWER_NOTE
 from ablate.rundir import BOOKKEEPING
 
 TITLE = "against the paper (Vaswani et al. 2017, Table 3)"
 IGNORED = {"training.seed", *(f"{section}.{key}" for section, key in BOOKKEEPING)}
 COLUMNS = ["run", "row", "change", "paper", "paper ΔBLEU", "paper ΔPPL", "paper says", "ΔBLEU", "ΔBLEU lo",
-           "ΔBLEU hi", "ΔPPL", "we find", "agrees"]  # fmt: skip
+           "ΔBLEU hi", "ΔPPL", "we find", "agrees", "seeds for 80%"]  # fmt: skip
 
 
 def table3_change(base: dict[str, Any], config: dict[str, Any]) -> tuple[str, str, str] | None:
@@ -111,10 +112,13 @@ def literature_frame(exp: ExperimentResults, frame: pd.DataFrame) -> tuple[pd.Da
             "ΔPPL": None if ppl is None or base_ppl is None or pd.isna(ppl) or pd.isna(base_ppl)
             else round(float(ppl) - float(base_ppl), 2),
             "we find": ours, "agrees": "?" if ours == "?" else "yes" if ours == says else "no",
+            "seeds for 80%": None if pd.isna(mine.get("seeds for 80%")) else mine.get("seeds for 80%"),
         })  # fmt: skip
     if not rows:
         return None
     out = pd.DataFrame(rows, columns=COLUMNS, dtype=object)
+    if out["seeds for 80%"].isna().all():  # single-seed arms: no spread to plan with
+        out = out.drop(columns="seeds for 80%")
     agree = sum(r["agrees"] == "yes" for r in rows)
     notes = [
         f"{agree} of {len(rows)} rows go the paper's way. The paper: Vaswani et al. 2017, Table 3 (WMT14 en-de, "
@@ -124,6 +128,8 @@ def literature_frame(exp: ExperimentResults, frame: pd.DataFrame) -> tuple[pd.Da
         "interval of ΔBLEU excludes zero (ours); ≈ otherwise. ΔPPL: validation perplexity, lower is better; "
         "ours is the NLL a subword without label smoothing.",
     ]  # fmt: skip
+    if "seeds for 80%" in out.columns:
+        notes.append(POWER_NOTE)
     if (out["we find"] == "?").any():
         notes.append("?: no ΔBLEU interval (the test references were not readable when the report was made)")
     return out, notes
