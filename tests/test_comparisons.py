@@ -99,7 +99,7 @@ def test_rates_come_from_the_flag_too_and_bad_ones_get_one_line(tmp_path, write)
     bad = cli("validate", str(noam))
     assert bad.returncode == 2 and bad.stderr.strip() == (
         f"{noam}: lr_sweep: run 'baseline' has schedule 'noam', which takes no lr; "
-        "sweep one that does: inverse_sqrt, linear_warmup, constant, linear_decay"
+        "sweep one that does: inverse_sqrt, linear_warmup, constant, linear_decay, wsd"
     )
     plain = tmp_path / "plain"
     plain.mkdir()
