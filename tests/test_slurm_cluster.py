@@ -51,9 +51,14 @@ def ablate(*args: str, env: dict | None = None, timeout: float = 600) -> subproc
                           timeout=timeout, env=env)  # fmt: skip
 
 
-def start(*args: str) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "ablate.cli", *args], cwd=ROOT, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)  # fmt: skip
+def start(*args: str, stdout: Path | None = None) -> subprocess.Popen:
+    """`ablate ARGS` in the background; its output to a pipe, or to the file `stdout` to read as it runs."""
+    if stdout is None:
+        return subprocess.Popen([sys.executable, "-m", "ablate.cli", *args], cwd=ROOT, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)  # fmt: skip
+    with open(stdout, "w") as out:  # the child keeps its own handle
+        return subprocess.Popen([sys.executable, "-m", "ablate.cli", *args], cwd=ROOT, stdout=out,
+                                stderr=subprocess.PIPE, text=True)  # fmt: skip
 
 
 def rows(root: Path) -> dict[str, dict]:
@@ -142,10 +147,15 @@ training: {{max_steps: 1500, validate_every: 500, checkpoint_every: 100}}
     assert f"scancel {job.split('_')[0]}" in err and "left 1 Slurm job(s)" in err, out + err
     assert state(job) == "RUNNING", out + err  # left running, as it said
 
-    following = start(*args)  # follows the job left running; then it is cancelled from outside
+    said = results / "following.txt"
+    following = start(*args, stdout=said)  # follows the job left running; then it is cancelled from outside
+    # Cancelled only once it is followed: the job trains on meanwhile, and a scancel before the command has
+    # found it would leave it nothing to follow (it would resume the run as a new job).
+    wait_for(lambda: "not submitting them again" in said.read_text(), 120, "following the job left running")
     wait_for(lambda: step_of(run_dir) >= 200, 240, "a later checkpoint")
     subprocess.run(["scancel", job], check=True)
-    out, err = following.communicate(timeout=120)
+    _, err = following.communicate(timeout=120)
+    out = said.read_text()
     assert following.returncode == 130, out + err
     assert "interrupted runs" in err and "cancelled (scancel)" in err
     assert arrays_submitted(results) == 1
