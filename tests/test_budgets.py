@@ -292,6 +292,9 @@ def test_holm_keeps_the_rows_that_survive_the_step_down():
     rows = {(run, 100.0): interval(1.0, p) for run, p in ps.items()}
     # sorted 0.005 <= 0.05/4, 0.01 <= 0.05/3, then 0.03 > 0.05/2 stops it
     assert holm(rows) == {("d", 100.0), ("a", 100.0)}
+    # the family-wise rate is not the intervals' level: p = 0.06 alone survives at 0.10 from a 95% interval
+    assert holm({("e", 100.0): interval(1.0, 0.06)}, alpha=0.10) == {("e", 100.0)}
+    assert holm({("e", 100.0): interval(1.0, 0.06)}) == set()
 
 
 @pytest.mark.parametrize(
@@ -323,6 +326,47 @@ def test_kendall_tau_between_budgets_and_between_seeds():
     early = view({"a": (1, 1), "b": (2, 2), "c": (3, 3), "d": (4, 4)})
     late = view({"a": (1, 1), "b": (2, 2), "c": (4, 4), "d": (3, 4.5)})  # c and d change places in the mean
     frame, _ = rank_agreement(early, {100.0: early, 200.0: late}, SPLIT)
-    taus = dict(zip(frame["between"], frame["Kendall τ"], strict=True))
-    assert taus["100 and 200"] == round((5 - 1) / 6, 2)  # 5 concordant pairs, 1 discordant, of 6
-    assert taus["seeds at 100"] == 1.0 and taus["seeds at 200"] == round((5 - 1) / 6, 2)
+    means = dict(zip(frame["between"], frame["τ of means"], strict=True))
+    single = dict(zip(frame["between"], frame["τ of single seeds"], strict=True))
+    assert means["100 and 200"] == round((5 - 1) / 6, 2)  # 5 concordant pairs, 1 discordant, of 6
+    # across budgets, never the same seed twice: seed 1 at 100 against seed 2 at 200 (1, 2, 3, 4 against
+    # 1, 2, 4, 4.5: all concordant) and seed 2 at 100 against seed 1 at 200 (against 1, 2, 4, 3: 5 of 6)
+    assert single["100 and 200"] == round((1 + 4 / 6) / 2, 2)
+    assert single["seeds at 100"] == 1.0 and single["seeds at 200"] == round((5 - 1) / 6, 2)  # the ceilings
+    assert means["seeds at 100"] is None  # a mean has no seed-to-seed counterpart
+
+
+def test_a_reproduction_is_exact_only_on_the_same_cpu_and_torch(tmp_path):
+    """Identical hypotheses are demanded of CPU runs with the same device, precision and torch alone: GPU kernels
+    are not bit-deterministic, and another torch has other kernels."""
+    from ablate.report.budgets import _reproduced
+
+    def job(where, **result):
+        d = tmp_path / where / "runs" / "r" / "seed-1"
+        (d / "hypotheses").mkdir(parents=True)
+        (d / "hypotheses" / f"{SPLIT}.txt").write_text("a\nb\n")
+        result = {"status": "completed", "seed": 1, "gpus": 0, "device": "cpu X, 1 thread", "precision": "fp32",
+                  "torch": "2.13.0", "scores": {SPLIT: {"bleu": 10.0}}} | result  # fmt: skip
+        (d / "result.json").write_text(json.dumps(result))
+        point = {"budget": 100.0, "scores": {SPLIT: {"bleu": 10.0}}}
+        return JobRecord(d, result | {"budget_points": [point]}, {}), point
+
+    mine, point = job("mine")
+    other = job("alone")[0].directory
+    assert _reproduced("r", mine, point, other, SPLIT)["machine"] == "same: exact"
+    for i, change in enumerate(({"gpus": 1, "device": "NVIDIA H100"}, {"torch": "2.14.0"}, {"precision": "bf16"})):
+        mine, point = job(f"mine-{i}", **change)
+        theirs = job(f"alone-{i}", **change)[0].directory if "gpus" in change else other  # GPU: both on one model
+        assert _reproduced("r", mine, point, theirs, SPLIT)["machine"].startswith("other"), change
+
+
+def test_a_spec_that_pins_the_precision_finds_the_run_whose_auto_resolved_to_it():
+    from ablate.report.budgets import _alone_hashes
+    from ablate.rundir import config_hash
+
+    spec = {"training": {"max_steps": 800, "precision": "fp32"}, "evaluation": {"budgets": [100, 800]}}
+    hashes = _alone_hashes(JobRecord(Path("."), {}, spec), "max_steps", 100.0)
+    assert hashes == [config_hash({"training": {"max_steps": 100, "precision": "fp32"}, "evaluation": {}}),
+                      config_hash({"training": {"max_steps": 100, "precision": "auto"}, "evaluation": {}})]  # fmt: skip
+    auto = {"training": {"max_steps": 800, "precision": "auto"}, "evaluation": {"budgets": [100, 800]}}
+    assert len(_alone_hashes(JobRecord(Path("."), {}, auto), "max_steps", 100.0)) == 1

@@ -171,14 +171,15 @@ def _bleu(jobs: list[JobRecord], split: str | None) -> list[float]:
 def holm(intervals: dict[tuple[str, float], Interval], alpha: float = ALPHA) -> set[tuple[str, float]]:
     """The rows whose difference from 0 survives Holm's step-down correction over all of them.
 
-    Each interval is Δ ± t(df)·se, so its two-sided p is 2·P(T_df > |Δ|/se).
+    Each interval is Δ ± t(0.5 + level/2; df)·se at its own level, so its two-sided p is 2·P(T_df > |Δ|/se);
+    `alpha` is the family-wise error rate alone.
     """
     from scipy.stats import t
 
     def p_value(i: Interval) -> float:
         if i.high == i.low:
             return 0.0 if i.delta else 1.0
-        se = (i.high - i.low) / 2 / float(t.ppf(1 - alpha / 2, i.df))
+        se = (i.high - i.low) / 2 / float(t.ppf(0.5 + i.level / 2, i.df))
         return float(2 * t.sf(abs(i.delta) / se, i.df))
 
     ranked = sorted(intervals, key=lambda k: p_value(intervals[k]))
@@ -192,45 +193,71 @@ def holm(intervals: dict[tuple[str, float], Interval], alpha: float = ALPHA) -> 
 
 def rank_agreement(exp: ExperimentResults, views: dict[float, ExperimentResults],
                    split: str | None) -> tuple[pd.DataFrame, list[str]]:  # fmt: skip
-    """Kendall τ over the runs' mean BLEU: consecutive budgets and first against last, with the seed-to-seed τ."""
+    """Kendall τ of the runs' order between budgets (consecutive, and first against last), beside its noise ceiling.
+
+    Two columns a row. `τ of means`: the runs ordered by their mean BLEU. `τ of single seeds`: the mean τ
+    over every pair of different seeds, one seed's BLEU at one budget against another seed's at the other;
+    on the rows `seeds at B` both are at B, and that is the ceiling, what two seeds agree on when nothing
+    changed. Only the single-seed column is read against it: means rank more reliably than single seeds, so a
+    τ of means below the ceiling can still be a real reordering. The same seed at two budgets is left out of
+    the single-seed τ, since its two points share one training path and agree more than two seeds would.
+    """
     from scipy.stats import kendalltau
 
     means = {b: {run: mean_of(_bleu(jobs, split), 4) for run, jobs in v.runs.items()} for b, v in views.items()}
+    seeds = {b: _by_seed(v, split) for b, v in views.items()}
     points = list(views)
     pairs = [*itertools.pairwise(points), *([(points[0], points[-1])] if len(points) > 2 else [])]
     rows = []
     for a, b in pairs:
         runs = [r for r in means[a] if means[a][r] is not None and means[b].get(r) is not None]
         tau = kendalltau([means[a][r] for r in runs], [means[b][r] for r in runs]).statistic if len(runs) > 2 else None
+        single, _ = _single_seed_tau(seeds[a], seeds[b])
         rows.append({"between": f"{budget_name(a)} and {budget_name(b)}", "runs": len(runs),
-                     "Kendall τ": None if tau is None or math.isnan(tau) else round(float(tau), 2)})  # fmt: skip
-    for b, view in views.items():
-        tau, runs = _seed_tau(view, split)
+                     "τ of means": None if tau is None or math.isnan(tau) else round(float(tau), 2),
+                     "τ of single seeds": None if single is None else round(single, 2)})  # fmt: skip
+    for b in points:
+        tau, runs = _single_seed_tau(seeds[b], seeds[b])
         if tau is not None:
-            rows.append({"between": f"seeds at {budget_name(b)}", "runs": runs, "Kendall τ": round(tau, 2)})
+            rows.append({"between": f"seeds at {budget_name(b)}", "runs": runs, "τ of means": None,
+                         "τ of single seeds": round(tau, 2)})  # fmt: skip
     notes = [
-        "Kendall τ between the runs' order by mean BLEU at two budgets (1: the same order; 0: unrelated). "
-        "Read it against the seed-to-seed τ at one budget: two seeds of the same runs agree only that well, so "
-        "a τ across budgets near it says the order is as stable as the noise lets it be (Yang et al. 2020 "
-        "measured 0.48 between two seeds of 32 architectures). τ needs at least 3 runs."
+        "Kendall τ between the runs' order at two budgets (1: the same order; 0: unrelated). τ of means orders "
+        "the runs by their mean BLEU. τ of single seeds pairs one seed's BLEU at one budget with another "
+        "seed's at the other (never the same seed twice), so it is read against the rows 'seeds at B', two "
+        "seeds at one budget: the ceiling that seed noise leaves (Yang et al. 2020 measured 0.48 between two "
+        "seeds of 32 architectures). A single-seed τ across budgets near that ceiling says the order is as "
+        "stable as the noise lets one see; the τ of means is not comparable with it, as means rank better "
+        "than single seeds. τ needs at least 3 runs; the single-seed columns need 2 seeds."
     ]
     return pd.DataFrame(rows, dtype=object), notes
 
 
-def _seed_tau(view: ExperimentResults, split: str | None) -> tuple[float | None, int]:
-    """The mean τ over pairs of seeds between their BLEU across the runs both trained; None with fewer than 3."""
+def _by_seed(view: ExperimentResults, split: str | None) -> dict[int, dict[str, float]]:
+    """seed -> run -> BLEU, for the runs that completed and scored `split`."""
     by_seed: dict[int, dict[str, float]] = {}
     for run, jobs in view.runs.items():
         for j in jobs:
             if split and j.ok and split in j.result.get("scores", {}):
                 by_seed.setdefault(j.result["seed"], {})[run] = j.result["scores"][split]["bleu"]
+    return by_seed
+
+
+def _single_seed_tau(first: dict[int, dict[str, float]],
+                     second: dict[int, dict[str, float]]) -> tuple[float | None, int]:  # fmt: skip
+    """The mean τ over pairs of different seeds s, t: s's BLEU in `first` against t's in `second`, over the
+    runs both have, each unordered pair counted once when `first` is `second`; None without a pair of 3 runs."""
     from scipy.stats import kendalltau
 
+    if first is second:
+        pairs = list(itertools.combinations(sorted(first), 2))
+    else:
+        pairs = [(s, t) for s in sorted(first) for t in sorted(second) if s != t]
     taus, sizes = [], []
-    for s, t in itertools.combinations(sorted(by_seed), 2):
-        runs = [r for r in by_seed[s] if r in by_seed[t]]
+    for s, t in pairs:
+        runs = [r for r in first[s] if r in second[t]]
         if len(runs) > 2:
-            tau = kendalltau([by_seed[s][r] for r in runs], [by_seed[t][r] for r in runs]).statistic
+            tau = kendalltau([first[s][r] for r in runs], [second[t][r] for r in runs]).statistic
             if not math.isnan(tau):
                 taus.append(float(tau))
                 sizes.append(len(runs))
@@ -296,10 +323,7 @@ def reproduction(exp: ExperimentResults, root: Path) -> tuple[pd.DataFrame, list
     for run, jobs in exp.runs.items():
         for job in jobs:
             for point in job.result.get("budget_points", []):
-                alone = copy.deepcopy(job.config)
-                alone["training"][key] = int(point["budget"]) if key == "max_steps" else point["budget"]
-                alone.get("evaluation", {}).pop("budgets", None)
-                other = finished.get(config_hash(alone))
+                other = next((finished[h] for h in _alone_hashes(job, key, point["budget"]) if h in finished), None)
                 if other is None or other == job.directory or split not in point.get("scores", {}):
                     continue
                 rows.append(_reproduced(run, job, point, other, split))
@@ -307,11 +331,27 @@ def reproduction(exp: ExperimentResults, root: Path) -> tuple[pd.DataFrame, list
         return None
     notes = [
         "Each budget point against a finished run trained to that budget alone, with the same spec and seed "
-        "(found under the results root by its config hash). Same machine (CPU model and ISA, threads, precision): "
-        "training is deterministic, so the hypotheses must be identical. Another machine: the run diverges "
-        "like another seed, so its BLEU must lie within the 95% prediction interval of the other run's seeds."
+        "(found under the results root by its config hash; a spec that pins the precision also finds a run "
+        "whose `precision: auto` resolved to it). Same machine (CPU model and ISA, threads, precision, torch): "
+        "training is deterministic, so the hypotheses must be identical. Another machine, or a GPU, whose "
+        "kernels are not bit-deterministic: the run diverges like another seed, so its BLEU must lie within "
+        "the 95% prediction interval of the other run's seeds. Each such row is judged at 95%, so about 1 row "
+        "in 20 that does reproduce reads OUTSIDE by chance alone."
     ]
     return pd.DataFrame(rows, dtype=object), notes
+
+
+def _alone_hashes(job: JobRecord, key: str, budget: float) -> list[str]:
+    """The config hashes a run trained to `budget` alone would have: the job's spec with that length and no
+    budget points; where the spec pins the precision, also the same spec with `precision: auto`."""
+    alone = copy.deepcopy(job.config)
+    alone["training"][key] = int(budget) if key == "max_steps" else budget
+    alone.get("evaluation", {}).pop("budgets", None)
+    hashes = [config_hash(alone)]
+    if alone["training"].get("precision", "auto") != "auto":
+        alone["training"]["precision"] = "auto"
+        hashes.append(config_hash(alone))
+    return hashes
 
 
 def _reproduced(run: str, job: JobRecord, point: dict[str, Any], other: Path, split: str) -> dict[str, Any]:
@@ -319,7 +359,12 @@ def _reproduced(run: str, job: JobRecord, point: dict[str, Any], other: Path, sp
 
     theirs = read_result(other) or {}
     bleu, their_bleu = point["scores"][split]["bleu"], theirs.get("scores", {}).get(split, {}).get("bleu")
-    same = all(job.result.get(k) == theirs.get(k) for k in ("device", "precision")) and job.result.get("device")
+    same = (
+        job.result.get("gpus") == 0
+        and theirs.get("gpus") == 0
+        and job.result.get("device")  # CPU kernels alone
+        and all(job.result.get(k) == theirs.get(k) for k in ("device", "precision", "torch"))
+    )  # are deterministic
     where = str(other.relative_to(other.parents[3]))  # <experiment>/runs/<run>/seed-<n>
     row = {"run": run, "seed": job.result.get("seed"), "budget": budget_name(point["budget"]),
            "trained alone as": where, "BLEU": bleu, "BLEU alone": their_bleu}  # fmt: skip

@@ -45,6 +45,7 @@ class Interval:
     high: float
     seeds: bool
     df: float  # degrees of freedom of the t quantile
+    level: float = 0.95  # its confidence level: low, high = delta ∓ t(0.5 + level/2; df)·se
 
     @property
     def excludes_zero(self) -> bool:
@@ -107,10 +108,10 @@ def delta_interval(baseline: np.ndarray, system: np.ndarray, score: Scorer, leve
         terms += [(float(np.var(full_b, ddof=1)) / s_b, s_b - 1), (float(np.var(full_v, ddof=1)) / s_v, s_v - 1)]
     variance = sum(v for v, _ in terms)
     if variance == 0:
-        return Interval(delta, delta, delta, seeds, float("inf"))
+        return Interval(delta, delta, delta, seeds, float("inf"), level)
     df = variance**2 / sum(v**2 / d for v, d in terms if v > 0)  # Welch-Satterthwaite
     half = float(t.ppf(0.5 + level / 2, df)) * variance**0.5
-    return Interval(delta, delta - half, delta + half, seeds, df)
+    return Interval(delta, delta - half, delta + half, seeds, df, level)
 
 
 def paired_test(baseline: Sequence[str], systems: dict[str, Sequence[str]], references: Sequence[str],
@@ -161,5 +162,6 @@ POWER_NOTE = (
     "seeds for 80%: for a row whose interval includes 0, the seeds per arm a two-sample t-test needs to resolve a "
     f"difference of the measured ΔBLEU at the measured seed spread (pooled sd of both arms) with {POWER:.0%} "
     f"power at α = {ALPHA}. It counts seed variance alone, so it is a lower bound; > {MAX_SEEDS} means the "
-    "measured difference is too small to chase."
+    "measured difference is too small to chase. The measured ΔBLEU of an unresolved row is itself uncertain "
+    "(post-hoc power), so read the count as an order of magnitude."
 )
