@@ -1,7 +1,6 @@
 """Checkpoint files: averaging is the elementwise mean, loading refuses anything but data, resume holds."""
 
 import json
-import signal
 
 import pytest
 import torch
@@ -9,7 +8,6 @@ import torch
 from ablate.errors import UserError
 from ablate.train import checkpoints
 from tests.conftest import ROOT, cli, tiny_model
-from tests.test_runner import DETERMINISTIC, losses, result, start, table, wait_for_checkpoint
 
 SMOKE = ROOT / "experiments" / "smoke.yaml"
 
@@ -85,27 +83,6 @@ def test_a_crafted_checkpoint_stops_the_sweep_with_one_line(tmp_path):
     (line,) = run.stderr.strip().splitlines()
     assert "last.pt: refused: a checkpoint holds tensors and plain data only" in line
     assert not marker.exists()
-
-
-def test_kill_9_then_resume_with_averaging_gives_the_uninterrupted_table(tmp_path):
-    args = [str(SMOKE), "--only", "baseline", "--set", "training.max_steps=300", "--set",
-            "training.checkpoint_every=25", "--set", "evaluation.average_checkpoints=4"]  # fmt: skip
-    proc = start(*args, "--results", str(tmp_path / "killed"))
-    directory = tmp_path / "killed" / "smoke" / "runs" / "baseline" / "seed-1"
-    step = wait_for_checkpoint(directory, proc, at_least=125)
-    proc.send_signal(signal.SIGKILL)
-    proc.communicate()
-    assert step < 300 and not (directory / "result.json").exists()
-    resumed = cli("run", *args, "--results", str(tmp_path / "killed"))
-    assert resumed.returncode == 0, resumed.stderr
-    straight = cli("run", *args, "--results", str(tmp_path / "straight"))
-    assert straight.returncode == 0, straight.stderr
-
-    killed, uninterrupted = (table(tmp_path / d / "smoke")["baseline"] for d in ("killed", "straight"))
-    assert {c: killed[c] for c in DETERMINISTIC} == {c: uninterrupted[c] for c in DETERMINISTIC}
-    assert losses(tmp_path / "killed" / "smoke", "baseline") == losses(tmp_path / "straight" / "smoke", "baseline")
-    for d in ("killed", "straight"):
-        assert result(tmp_path / d / "smoke", "baseline")["averaged_steps"] == [225, 250, 275, 300]
 
 
 def test_averaging_needs_checkpoints(write):

@@ -100,25 +100,35 @@ variants:
 
 
 def test_kill_9_then_resume_gives_the_uninterrupted_table(tmp_path):
-    args = [str(SMOKE), "--set", "training.max_steps=400", "--set", "training.checkpoint_every=50"]
+    """Both runs of a sweep killed mid-training, resumed, and compared with a sweep that was never stopped.
+
+    With checkpoint averaging on, so that the resumed runs must also average the same steps. The resumed and
+    the straight sweep are two processes each: their equal tables also show that the same spec and seed give
+    the same BLEU (tests/test_check.py compares a re-run's hypotheses by hash too).
+    """
+    args = [str(SMOKE), "--set", "training.max_steps=300", "--set", "training.checkpoint_every=25",
+            "--set", "evaluation.average_checkpoints=4"]  # fmt: skip
     proc = start(*args, "--results", str(tmp_path / "killed"))
-    baseline = tmp_path / "killed" / "smoke" / "runs" / "baseline" / "seed-1"
-    step = wait_for_checkpoint(baseline, proc, at_least=100)
+    killed_root, straight_root = tmp_path / "killed" / "smoke", tmp_path / "straight" / "smoke"
+    baseline = killed_root / "runs" / "baseline" / "seed-1"
+    step = wait_for_checkpoint(baseline, proc, at_least=125)
     proc.send_signal(signal.SIGKILL)
     proc.communicate()
-    assert step < 400 and not (baseline / "result.json").exists()
+    assert step < 300 and not (baseline / "result.json").exists()
 
     resumed = cli("run", *args, "--results", str(tmp_path / "killed"))
     assert resumed.returncode == 0, resumed.stderr
     assert "baseline/seed-1: resumes from step" in resumed.stdout
-    assert result(tmp_path / "killed" / "smoke", "baseline")["resumed_from_step"] >= 100
+    assert result(killed_root, "baseline")["resumed_from_step"] >= 125
     straight = cli("run", *args, "--results", str(tmp_path / "straight"))
     assert straight.returncode == 0, straight.stderr
 
-    killed, uninterrupted = table(tmp_path / "killed" / "smoke"), table(tmp_path / "straight" / "smoke")
+    killed, uninterrupted = table(killed_root), table(straight_root)
     for run in ["baseline", "pre_ln"]:
         assert {c: killed[run][c] for c in DETERMINISTIC} == {c: uninterrupted[run][c] for c in DETERMINISTIC}
-    assert losses(tmp_path / "killed" / "smoke", "baseline") == losses(tmp_path / "straight" / "smoke", "baseline")
+        assert losses(killed_root, run) == losses(straight_root, run)
+        for root in (killed_root, straight_root):
+            assert result(root, run)["averaged_steps"] == [225, 250, 275, 300]
     again = cli("run", *args, "--results", str(tmp_path / "killed"))  # everything done: nothing trains
     assert "0 to train" in again.stdout and "completed earlier" in again.stdout
 
