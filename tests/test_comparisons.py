@@ -13,7 +13,7 @@ from ablate.report.significance import bleu_scorer, bleu_statistics, delta_inter
 from tests.conftest import ROOT, cli
 
 SMOKE = ROOT / "experiments" / "smoke.yaml"
-SPLIT = "test_2016_flickr"
+SPLIT = "test_2017_mscoco"  # smoke's test set
 QUICK = "training: {max_steps: 40, validate_every: 20, checkpoint_every: null}\ndata: {max_pairs: 400}"
 
 

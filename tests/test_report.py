@@ -17,7 +17,7 @@ from ablate.report.results import load_results
 from ablate.report.significance import paired_test
 from tests.conftest import ROOT, cli
 
-SPLIT = "test_2016_flickr"
+SPLIT = "test_2017_mscoco"  # smoke's test set
 
 
 @pytest.fixture(scope="module")

@@ -17,7 +17,7 @@ def test_smoke_writes_every_file_and_column(tmp_path):
     root = tmp_path / "smoke"
     for run in ["baseline", "pre_ln"]:
         seed = root / "runs" / run / "seed-1"
-        for name in ["config.yaml", "job.json", "metrics.jsonl", "result.json", "hypotheses/test_2016_flickr.txt"]:
+        for name in ["config.yaml", "job.json", "metrics.jsonl", "result.json", "hypotheses/test_2017_mscoco.txt"]:
             assert (seed / name).is_file(), name
         data = json.loads((seed / "result.json").read_text())
         assert data["status"] == "completed"
@@ -26,9 +26,9 @@ def test_smoke_writes_every_file_and_column(tmp_path):
             assert math.isfinite(data[key]) and data[key] > 0, key
         assert data["device"].endswith((" 1 thread", " threads")) and data["torch"].startswith("2.13")
         assert data["threads"] == len(data["cpu_ids"]) and 0 <= data["core_share"] <= 1  # pinned, one thread a core
-        score = data["scores"]["test_2016_flickr"]
+        score = data["scores"]["test_2017_mscoco"]  # smoke's test set
         assert math.isfinite(score["bleu"]) and score["bleu_signature"].startswith("nrefs:1|case:mixed")
-        assert len((seed / "hypotheses" / "test_2016_flickr.txt").read_text().splitlines()) == 1000
+        assert len((seed / "hypotheses" / "test_2017_mscoco.txt").read_text().splitlines()) == 461
         log = [json.loads(line) for line in (seed / "metrics.jsonl").read_text().splitlines()]
         assert [r["step"] for r in log if "loss" in r] == list(range(1, 151))
         assert any("valid_bleu" in r for r in log)
@@ -42,8 +42,10 @@ def test_smoke_writes_every_file_and_column(tmp_path):
         assert 0 < data["diagnostics_seconds"] < data["train_seconds"]
         buckets = score["by_length"]
         assert list(buckets) == ["1-10", "11-20", "21-30", "31+"]
-        assert [b["sentences"] for b in buckets.values()] == [412, 551, 35, 2]  # test_2016_flickr's English words
-        assert all(math.isfinite(b["bleu"]) and math.isfinite(b["chrf"]) for b in buckets.values())
+        assert [b["sentences"] for b in buckets.values()] == [272, 188, 1, 0]  # test_2017_mscoco's English words
+        scored, empty = list(buckets.values())[:3], buckets["31+"]
+        assert all(math.isfinite(b["bleu"]) and math.isfinite(b["chrf"]) for b in scored)
+        assert empty["bleu"] is None and empty["chrf"] is None  # an empty bucket has no scores
     with open(root / "summary.csv") as f:
         rows = list(csv.DictReader(f))
     assert list(rows[0]) == COLUMNS

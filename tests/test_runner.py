@@ -207,7 +207,7 @@ def test_seeds_give_mean_and_std_with_n(tmp_path):
     run = cli("run", str(SMOKE), "--seeds", "2", "--set", "training.max_steps=60", "--results", str(tmp_path))
     assert run.returncode == 0, run.stderr
     root = tmp_path / "smoke"
-    bleu = [result(root, "baseline", seed)["scores"]["test_2016_flickr"]["bleu"] for seed in (1, 2)]
+    bleu = [result(root, "baseline", seed)["scores"]["test_2017_mscoco"]["bleu"] for seed in (1, 2)]
     assert bleu[0] != bleu[1]  # different seeds, different models
     row = table(root)["baseline"]
     assert row["n"] == "2"

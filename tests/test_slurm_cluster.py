@@ -194,7 +194,7 @@ slurm: {{time_min: 1, signal_delay_s: 1, max_timeouts: 12, cpus_per_run: 1}}
     mine, theirs = rows(results / "slurm/limit")["baseline"], rows(results / "alone/limit")["baseline"]
     for column in ("params", "BLEU", "chrF", "valid loss", "valid ppl", "status", "device"):
         assert mine[column] == theirs[column], column
-    hypotheses = "hypotheses/test_2016_flickr.txt"
+    hypotheses = "hypotheses/test_2017_mscoco.txt"  # smoke's test set
     assert (run_dir / hypotheses).read_text() == (results / "alone/limit/runs/baseline/seed-1" / hypotheses).read_text()
 
 
