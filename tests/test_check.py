@@ -165,3 +165,13 @@ def test_a_bad_reference_file_gets_one_line_naming_the_key(tmp_path):
     run = cli("check", str(path))
     assert run.returncode == 2 and len(run.stderr.strip().splitlines()) == 1, run.stderr
     assert str(path) in run.stderr and "tolerance.floor" in run.stderr and "no metric bleu" in run.stderr
+
+
+def test_a_reference_that_pinned_auto_precision_is_not_told_its_source_changed():
+    """base-cpu was measured from experiments/base.yaml (`precision: auto`) and pinned fp32, what auto gave."""
+    from ablate.check.reference import source_changed
+
+    ref = Reference.model_validate(yaml.safe_load((ROOT / "results" / "reference" / "base-cpu.yaml").read_text()))
+    assert ref.spec["training"]["precision"] == "fp32" and not source_changed(ref)
+    changed = ref.model_copy(update={"spec": ref.spec | {"training": ref.spec["training"] | {"max_steps": 999}}})
+    assert source_changed(changed)

@@ -296,6 +296,15 @@ def resolve_source(ref: Reference) -> tuple[dict[str, Any], list[str]]:
     return experiment.baseline.spec.model_dump(mode="json"), experiment.plugins
 
 
+def source_changed(ref: Reference) -> bool:
+    """Whether the source experiment file now resolves to another spec than the reference keeps. `--update`
+    pins `precision: auto` to the precision it measured, so a source that still says auto is not a change."""
+    source, kept = resolve_source(ref)[0], _normalised(ref.spec, ref.plugins)
+    if source["training"]["precision"] == "auto":
+        source["training"]["precision"] = kept["training"]["precision"]
+    return source != kept
+
+
 def _normalised(spec: dict[str, Any], plugins: list[str]) -> dict[str, Any]:
     """A stored spec as the spec reads it today: keys added since (with their defaults) filled in."""
     from ablate.registry import load_plugin
@@ -347,7 +356,7 @@ def check(path: Path, update: bool, keep: Path | None, named: bool, out, threads
         spec, plugins = ref.spec, ref.plugins
         seeds = [ref.expected.first]
         with contextlib.suppress(UserError):
-            if resolve_source(ref)[0] != _normalised(spec, plugins):
+            if source_changed(ref):
                 out.print(f"  note: {ref.source} now resolves to a different spec than this reference keeps; "
                           "the reference's own spec is checked", highlight=False)  # fmt: skip
     what = f"{len(seeds)} seeds of " if len(seeds) > 1 else ""
