@@ -359,12 +359,9 @@ def _reproduced(run: str, job: JobRecord, point: dict[str, Any], other: Path, sp
 
     theirs = read_result(other) or {}
     bleu, their_bleu = point["scores"][split]["bleu"], theirs.get("scores", {}).get(split, {}).get("bleu")
-    same = (
-        job.result.get("gpus") == 0
-        and theirs.get("gpus") == 0
-        and job.result.get("device")  # CPU kernels alone
-        and all(job.result.get(k) == theirs.get(k) for k in ("device", "precision", "torch"))
-    )  # are deterministic
+    # CPU kernels alone are deterministic, on one device name (model, ISA, threads), precision and torch
+    same = bool(job.result.get("device")) and job.result.get("gpus") == theirs.get("gpus") == 0
+    same = same and all(job.result.get(k) == theirs.get(k) for k in ("device", "precision", "torch"))
     where = str(other.relative_to(other.parents[3]))  # <experiment>/runs/<run>/seed-<n>
     row = {"run": run, "seed": job.result.get("seed"), "budget": budget_name(point["budget"]),
            "trained alone as": where, "BLEU": bleu, "BLEU alone": their_bleu}  # fmt: skip
