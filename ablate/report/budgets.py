@@ -212,12 +212,12 @@ def rank_agreement(exp: ExperimentResults, views: dict[float, ExperimentResults]
     for a, b in pairs:
         runs = [r for r in means[a] if means[a][r] is not None and means[b].get(r) is not None]
         tau = kendalltau([means[a][r] for r in runs], [means[b][r] for r in runs]).statistic if len(runs) > 2 else None
-        single, _ = _single_seed_tau(seeds[a], seeds[b])
+        single, _ = _single_seed_tau(seeds[a], seeds[b], same_budget=False)
         rows.append({"between": f"{budget_name(a)} and {budget_name(b)}", "runs": len(runs),
                      "τ of means": None if tau is None or math.isnan(tau) else round(float(tau), 2),
                      "τ of single seeds": None if single is None else round(single, 2)})  # fmt: skip
     for b in points:
-        tau, runs = _single_seed_tau(seeds[b], seeds[b])
+        tau, runs = _single_seed_tau(seeds[b], seeds[b], same_budget=True)
         if tau is not None:
             rows.append({"between": f"seeds at {budget_name(b)}", "runs": runs, "τ of means": None,
                          "τ of single seeds": round(tau, 2)})  # fmt: skip
@@ -243,13 +243,13 @@ def _by_seed(view: ExperimentResults, split: str | None) -> dict[int, dict[str, 
     return by_seed
 
 
-def _single_seed_tau(first: dict[int, dict[str, float]],
-                     second: dict[int, dict[str, float]]) -> tuple[float | None, int]:  # fmt: skip
+def _single_seed_tau(first: dict[int, dict[str, float]], second: dict[int, dict[str, float]],
+                     same_budget: bool) -> tuple[float | None, int]:  # fmt: skip
     """The mean τ over pairs of different seeds s, t: s's BLEU in `first` against t's in `second`, over the
-    runs both have, each unordered pair counted once when `first` is `second`; None without a pair of 3 runs."""
+    runs both have; at one budget (`same_budget`) each unordered pair once. None without a pair of 3 runs."""
     from scipy.stats import kendalltau
 
-    if first is second:
+    if same_budget:
         pairs = list(itertools.combinations(sorted(first), 2))
     else:
         pairs = [(s, t) for s in sorted(first) for t in sorted(second) if s != t]
