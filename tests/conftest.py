@@ -1,20 +1,31 @@
+import fcntl
+import json
 import os
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-# CI runs the tests in two pytest-xdist workers on two cores, so a test's training shares the machine. OpenMP's threads
-# then sleep at a barrier rather than spin there (no effect on results), and in-process tests use one thread each.
+# CI runs the tests in two pytest-xdist workers on two cores. Each worker takes its own share of the cores
+# (sched_setaffinity), and the runs a test starts inherit it: ablate sees a 1-core machine in each worker and
+# trains on that core, one thread a run, so the two workers' runs never share a core (without this, a test's
+# run of 2 threads on both cores met the other worker's at every OpenMP barrier). Tests of what ablate does with
+# several cores hand ALL_CORES to the process they start (`cli(..., cores=ALL_CORES)`). In-process tests use
+# one thread. OpenMP threads sleep at a barrier rather than spin there (no effect on results).
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 import torch
 
-if os.environ.get("PYTEST_XDIST_WORKER"):
-    torch.set_num_threads(1)
-
 from ablate.model.spec import ModelSpec
 from ablate.model.transformer import build_model
+
+ALL_CORES = sorted(os.sched_getaffinity(0))
+WORKER, WORKERS = os.environ.get("PYTEST_XDIST_WORKER"), int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+if WORKER:
+    torch.set_num_threads(1)
+    if 1 < WORKERS <= len(ALL_CORES):
+        os.sched_setaffinity(0, ALL_CORES[int(WORKER.removeprefix("gw")) :: WORKERS])
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -40,10 +51,45 @@ def tiny_model(vocab: int = 50, **changes):
     return build_model(tiny_spec(**changes), vocab, vocab).eval()
 
 
-def cli(*args: str, cwd: Path = ROOT, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    """Runs `ablate ARGS` as a user types it; `env`: variables set on top of this process's."""
+def on_cores(cores: list[int] | None):
+    """A `preexec_fn` that lets a child process run on `cores` (None: this process's cores, its default)."""
+    return None if cores is None else lambda: os.sched_setaffinity(0, cores)
+
+
+def cli(*args: str, cwd: Path = ROOT, env: dict[str, str] | None = None,
+        cores: list[int] | None = None) -> subprocess.CompletedProcess:  # fmt: skip
+    """Runs `ablate ARGS` as a user types it; `env`: variables set on top of this process's; `cores`: the
+    cores it may use (default: this worker's, see ALL_CORES)."""
     return subprocess.run([sys.executable, "-m", "ablate.cli", *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=300, env=None if env is None else os.environ | env)  # fmt: skip
+                          timeout=300, env=None if env is None else os.environ | env,
+                          preexec_fn=on_cores(cores))  # fmt: skip
+
+
+@dataclass(frozen=True)
+class SmokeRun:
+    """`ablate run experiments/smoke.yaml`, as a user types it: its output and its results directory."""
+
+    stdout: str
+    stderr: str
+    returncode: int
+    results: Path  # holds smoke/
+
+
+@pytest.fixture(scope="session")
+def smoke_run(tmp_path_factory) -> SmokeRun:
+    """experiments/smoke.yaml, trained once for the whole test session and shared by the xdist workers (the
+    first to ask trains it, under a lock; the others wait and read it). Read it, never change it: a test that
+    changes results copies `results` into its own directory first."""
+    shared = tmp_path_factory.getbasetemp()
+    if WORKER:
+        shared = shared.parent  # this session's directory, above every worker's own
+    done = shared / "smoke-run.json"
+    with open(shared / "smoke-run.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not done.exists():
+            run = cli("run", "experiments/smoke.yaml", "--results", str(shared / "smoke-results"))
+            done.write_text(json.dumps({"stdout": run.stdout, "stderr": run.stderr, "returncode": run.returncode}))
+    return SmokeRun(**json.loads(done.read_text()), results=shared / "smoke-results")
 
 
 @pytest.fixture

@@ -33,7 +33,7 @@ EXPERIMENT = f"""
 name: points
 model: {{d_model: 32, heads: 2, d_ff: 64, encoder_layers: 1, decoder_layers: 1, dropout: 0.1}}
 tokenizer: {{vocab_size: 500}}
-data: {{max_pairs: 2000}}
+data: {{max_pairs: 2000, test: [test_2017_mscoco]}}
 training:
   schedule: {{name: inverse_sqrt, lr: 0.003, warmup: 20}}
   max_tokens: 2000
@@ -47,7 +47,7 @@ variants:
   wsd: {{training.schedule: {WSD}}}
   wsd_alone100: {{training.schedule: {WSD}, training.max_steps: 100, evaluation.budgets: null}}
 """
-SPLIT = "test_2016_flickr"
+SPLIT = "test_2017_mscoco"  # 461 sentences: smoke's test set
 ONE_THREAD = ["--threads-per-run", "1"]  # thread counts change round-off: every run compared here trains on one
 
 

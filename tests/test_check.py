@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from ablate.check.reference import Expected, Reference, SeedRun, Tolerance, compare_exact, compare_noise
-from tests.conftest import ROOT, cli
+from tests.conftest import ALL_CORES, ROOT, cli
 
 
 @pytest.fixture(scope="module")
@@ -61,7 +61,7 @@ def test_on_the_machine_that_made_it_the_check_is_exact(small):
 
 def test_a_different_thread_count_passes_within_seed_noise(small):
     """2 threads instead of 1: other kernels and summation orders, as on another CPU; the same code."""
-    run = cli("check", str(small), "--threads", "2")
+    run = cli("check", str(small), "--threads", "2", cores=ALL_CORES)
     assert run.returncode == 0, run.stdout + run.stderr
     assert "other machine" in run.stdout and "2 threads" in run.stdout and "within seed noise" in run.stdout
 

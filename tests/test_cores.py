@@ -17,10 +17,10 @@ from ablate.sweep.plan import plan
 from ablate.sweep.progress import SweepView
 from ablate.sweep.runner import collect, prepare, prepare_data, write_results
 from ablate.train.job import Job
-from tests.conftest import ROOT, cli
+from tests.conftest import ALL_CORES, ROOT, cli
 from tests.test_launchers import PLUGIN, SMOKE, interval, most_at_once, overlap
 
-CORES = sorted(os.sched_getaffinity(0))
+CORES = ALL_CORES  # the machine's, not this xdist worker's share (tests/conftest.py)
 two_cores = pytest.mark.skipif(len(CORES) < 2, reason="needs two cores to pin two runs apart")
 
 
@@ -116,7 +116,7 @@ def test_the_default_trains_as_many_runs_side_by_side_as_there_are_jobs_and_core
 
 
 def test_threads_per_run_is_checked_in_one_line(tmp_path):
-    too_many = cli("run", str(SMOKE), "--threads-per-run", "999", "--results", str(tmp_path))
+    too_many = cli("run", str(SMOKE), "--threads-per-run", "999", "--results", str(tmp_path), cores=CORES)
     assert too_many.returncode == 2
     assert too_many.stderr.strip().splitlines() == [
         f"--threads-per-run: expected 1 to {len(CORES)} (the cores this process may use), got 999"
@@ -130,7 +130,7 @@ def test_threads_per_run_is_checked_in_one_line(tmp_path):
 def test_ablate_run_trains_two_runs_at_once_without_flags_and_says_so(tmp_path):
     """Through the CLI: on 2 cores, a sweep of 2 jobs runs side by side, one core each, and the plan says so."""
     run = cli("run", str(SMOKE), "--set", "training.max_steps=30", "--set", "data.max_pairs=200",
-              "--set", "evaluation.beam_size=1", "--results", str(tmp_path))  # fmt: skip
+              "--set", "evaluation.beam_size=1", "--results", str(tmp_path), cores=CORES)  # fmt: skip
     assert run.returncode == 0, run.stderr
     first = run.stdout.splitlines()[0]
     assert f"CPU ({len(CORES)} cores), 2 runs at once, {len(CORES) // 2} thread(s) each" in first

@@ -4,17 +4,17 @@ import csv
 import json
 import math
 
-from tests.conftest import cli
+from tests.conftest import SmokeRun
 
 COLUMNS = ["run", "differs", "params", "BLEU", "BLEU std", "n", "ΔBLEU", "chrF", "valid loss", "valid ppl",
            "train tok/s", "tok/s vs baseline", "decode sent/s", "GFLOP/tgt tok", "train PFLOP", "TFLOP/s", "MFU",
            "budget", "peak MiB", "wall s", "device", "GPUs", "cores", "core share", "precision", "status"]  # fmt: skip
 
 
-def test_smoke_writes_every_file_and_column(tmp_path):
-    result = cli("run", "experiments/smoke.yaml", "--results", str(tmp_path))
+def test_smoke_writes_every_file_and_column(smoke_run: SmokeRun):
+    result = smoke_run
     assert result.returncode == 0, result.stderr
-    root = tmp_path / "smoke"
+    root = result.results / "smoke"
     for run in ["baseline", "pre_ln"]:
         seed = root / "runs" / run / "seed-1"
         for name in ["config.yaml", "job.json", "metrics.jsonl", "result.json", "hypotheses/test_2017_mscoco.txt"]:
