@@ -106,6 +106,9 @@ def main() -> None:
     args = parser.parse_args()
     sampler = Sampler()
     sampler.start()
+    from ablate.train.worker import bound_onednn_cache
+
+    bound_onednn_cache()  # as a worker does, before torch loads
     import torch
 
     from ablate.sweep.experiment import load_experiment

@@ -5,7 +5,8 @@ Adam), profiles `--steps` optimizer steps after `--warmup`, and sorts every oper
 what the issue asks about: matmuls, attention, softmax, norms, the loss, the optimizer, embeddings and
 data, element-wise work, and what is left of the wall time: Python and the framework between kernels.
 
-    python benchmarks/profile_step.py [--precision fp32|bf16] [--threads N] [--steps 20] [--warmup 5]
+    python benchmarks/profile_step.py [--experiment experiments/base.yaml] [--precision fp32|bf16] [--threads N]
+        [--steps 20] [--warmup 5]
 """
 
 from __future__ import annotations
@@ -51,6 +52,7 @@ def category(name: str) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--experiment", default="experiments/base.yaml", help="whose baseline to profile")
     parser.add_argument("--precision", choices=["fp32", "bf16"], default="fp32")
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
     parser.add_argument("--steps", type=int, default=20, help="optimizer steps profiled")
@@ -61,7 +63,7 @@ def main() -> None:
     overrides = [f"training.precision={args.precision}", "training.validate_every=100000",
                  "training.checkpoint_every=null", "evaluation.average_checkpoints=1", "training.diagnostics_every=0",
                  f"training.max_steps={args.warmup + args.steps}"]  # fmt: skip
-    spec = load_experiment("experiments/base.yaml", overrides).baseline.spec
+    spec = load_experiment(args.experiment, overrides).baseline.spec
     data = load_dataset(spec.data, spec.tokenizer)
     torch.manual_seed(1)
     device = torch.device("cpu")
@@ -88,7 +90,7 @@ def main() -> None:
     optimizer_ms = sum(e.cpu_time_total for e in prof.events() if e.name.startswith("Optimizer.step")) / 1000
     kernels = sum(by.values())
     wall = sum(step_ms)
-    print(f"{device_name(device)}, torch {torch.__version__}, {args.precision}; base recipe "
+    print(f"{device_name(device)}, torch {torch.__version__}, {args.precision}; {args.experiment}'s baseline "
           f"(d_model {spec.model.d_model}, {spec.model.encoder_layers}+{spec.model.decoder_layers} layers, "
           f"<= {spec.training.max_tokens} tokens a batch), {len(step_ms)} steps, "
           f"median {sorted(step_ms)[len(step_ms) // 2]:.1f} ms a step")  # fmt: skip

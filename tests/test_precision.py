@@ -1,6 +1,7 @@
 """training.precision: bf16 autocast with fp32 master weights and an fp32 loss, on the CPU too; auto follows the CPU."""
 
 import json
+import os
 import re
 
 import pytest
@@ -64,3 +65,18 @@ def test_a_bf16_run_through_the_cli_records_its_precision_and_warns_where_bf16_i
     assert warned == (not native_bf16())
     if warned:
         assert re.search(r"a matmul runs [\d,]+ times slower than in fp32 here", run.stdout)
+
+
+def test_a_worker_caps_onednn_primitive_cache_unless_the_user_set_it():
+    """Set before torch loads in the worker's process: each child gets it; a user's own value is kept."""
+    import subprocess
+    import sys
+
+    code = ("import os\nfrom ablate.train.worker import bound_onednn_cache\nbound_onednn_cache()\n"
+            "print(os.environ['ONEDNN_PRIMITIVE_CACHE_CAPACITY'])")  # fmt: skip
+    env = {k: v for k, v in os.environ.items() if k != "ONEDNN_PRIMITIVE_CACHE_CAPACITY"}
+    default = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    assert default.stdout.strip() == "32"
+    own = subprocess.run([sys.executable, "-c", code], env=env | {"ONEDNN_PRIMITIVE_CACHE_CAPACITY": "7"},
+                         capture_output=True, text=True, check=True)  # fmt: skip
+    assert own.stdout.strip() == "7"

@@ -24,6 +24,17 @@ from ablate.files import write_json
 from ablate.rundir import RESULT, Exit, RunLock, Status
 from ablate.train.job import Job
 
+# oneDNN, torch's library for bf16 matmuls on the CPU, JIT-builds a primitive for each new shape and caches up to
+# 1,024 of them with their buffers; validation and beam search see many sequence lengths. On a Zen 4, a 100-step
+# bf16 base run peaked at 1,971 MiB with that default and 1,293 MiB with 32, at the same speed; with no cache a
+# step was 3.7 times slower (benchmarks/primitive_cache.py, benchmarks/README.md). A user's own setting wins.
+ONEDNN_CACHE_CAPACITY = 32
+
+
+def bound_onednn_cache() -> None:
+    """Caps oneDNN's primitive cache at ONEDNN_CACHE_CAPACITY unless the environment sets it; before torch loads."""
+    os.environ.setdefault("ONEDNN_PRIMITIVE_CACHE_CAPACITY", str(ONEDNN_CACHE_CAPACITY))
+
 
 class Stop:
     """Set by SIGINT, SIGTERM or SIGUSR2, or when the process that started this one is gone."""
@@ -47,6 +58,7 @@ def main(argv: list[str] | None = None) -> int:
         print("usage: python -m ablate.worker RUN_DIR", file=sys.stderr)
         return Exit.USER_ERROR
     stop = Stop()  # first: a scheduler's warning may come while torch is still being imported
+    bound_onednn_cache()
     from ablate.train import distributed  # torch
 
     try:

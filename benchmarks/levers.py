@@ -1,0 +1,104 @@
+"""Issue 23's levers on a base-recipe training step, each as a ratio against ablate's step as it is, side by side.
+
+Every arm is ablate's own Trainer on experiments/base.yaml's model (or `--experiment`'s baseline), from the same
+initial weights, fed the same Multi30k batches in the same order; the arms' steps alternate in one process,
+the order rotating each round, so the machine's noise falls on all of them. An arm differs from "as is" in
+one lever:
+
+    foreach Adam       torch.optim.Adam(foreach=True): one kernel over all parameters a step, not one each
+    fused Adam         torch.optim.Adam(fused=True): Adam's update as one fused kernel per parameter group
+    compiled           torch.compile(model, dynamic=True): inductor's C++ kernels for the forward and backward
+                       (compile time is spent in warm-up, not timed; it is printed)
+    bf16               training.precision bf16 (autocast); on a CPU without native bf16 it is emulated and slow
+
+It prints each arm's median ms a step and its throughput relative to "as is" (> 1: the lever wins).
+
+    python benchmarks/levers.py [--experiment experiments/base.yaml] [--arms foreach,fused,compiled,bf16]
+                                [--steps 20] [--warmup 5] [--threads N]
+
+oneDNN's primitive cache (a lever on memory, see benchmarks/README.md) is read once, when torch loads; compare it
+by running this twice, with and without ONEDNN_PRIMITIVE_CACHE_CAPACITY set, alternately.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import statistics
+import time
+
+import torch
+
+from ablate.data.batches import batch_indices, collate
+from ablate.data.dataset import load_dataset
+from ablate.data.tokenizer import PAD
+from ablate.model.transformer import build_model
+from ablate.sweep.experiment import load_experiment
+from ablate.train.device import device_name
+from ablate.train.trainer import Trainer
+
+ARMS = ("foreach", "fused", "compiled", "bf16")
+
+
+def trainer(arm: str, model: torch.nn.Module, spec, d_model: int) -> Trainer:
+    """ablate's Trainer with one lever pulled (or none, for "as is")."""
+    if arm == "bf16":
+        spec = spec.model_copy(update={"precision": "bf16"})
+    t = Trainer(model, spec, d_model, torch.device("cpu"))
+    if arm in ("foreach", "fused"):
+        t.optimizer = torch.optim.Adam(model.parameters(), lr=0.0, betas=spec.betas, eps=spec.eps, **{arm: True})
+    if arm == "compiled":
+        t.forward = torch.compile(model, dynamic=True)
+    return t
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--experiment", default="experiments/base.yaml")
+    parser.add_argument("--arms", default=",".join(ARMS), help=f"levers to compare with 'as is': {', '.join(ARMS)}")
+    parser.add_argument("--steps", type=int, default=20, help="timed steps of each arm")
+    parser.add_argument("--warmup", type=int, default=5, help="untimed steps of each arm first")
+    parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
+    args = parser.parse_args()
+    arms = [a for a in args.arms.split(",") if a]
+    if unknown := sorted(set(arms) - set(ARMS)):
+        parser.error(f"--arms: no lever {', '.join(unknown)}; expected some of {', '.join(ARMS)}")
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    overrides = ["training.precision=fp32", "training.validate_every=100000", "training.checkpoint_every=null",
+                 "training.diagnostics_every=0", "evaluation.average_checkpoints=1"]  # fmt: skip
+    spec = load_experiment(args.experiment, overrides).baseline.spec
+    data = load_dataset(spec.data, spec.tokenizer)
+    torch.manual_seed(1)
+    model = build_model(spec.model, len(data.src_vocab), len(data.tgt_vocab), pad_id=PAD)
+    trainers = {name: trainer(name, copy.deepcopy(model), spec.training, spec.model.d_model)
+                for name in ["as is", *arms]}  # fmt: skip
+    indices = batch_indices(data.train, spec.training.max_tokens, spec.training.seed * 100_003)
+    batches = [collate([data.train[i] for i in b]) for b in indices[: args.warmup + args.steps]]
+    times: dict[str, list[float]] = {name: [] for name in trainers}
+    warmup: dict[str, float] = dict.fromkeys(trainers, 0.0)
+    order = list(trainers)
+    for i, batch in enumerate(batches):
+        for name in order[i % len(order) :] + order[: i % len(order)]:  # rotate who goes first
+            start = time.perf_counter()
+            trainers[name].train_step([batch])
+            elapsed = time.perf_counter() - start
+            if i < args.warmup:
+                warmup[name] += elapsed
+            else:
+                times[name].append(elapsed)
+    model_spec = spec.model
+    print(f"{device_name(torch.device('cpu'))}, torch {torch.__version__}; {args.experiment}'s baseline "
+          f"(d_model {model_spec.d_model}, {model_spec.encoder_layers}+{model_spec.decoder_layers} layers, "
+          f"<= {spec.training.max_tokens} tokens a batch), {args.steps} timed steps an arm after "
+          f"{args.warmup}")  # fmt: skip
+    median = {name: statistics.median(t) for name, t in times.items()}
+    print(f"{'arm':<10} {'median ms':>10} {'min ms':>8} {'vs as is':>9} {'warm-up s':>10}")
+    for name in trainers:
+        ratio = median["as is"] / median[name]  # the same batches: throughput
+        print(f"{name:<10} {median[name] * 1000:>10.1f} {min(times[name]) * 1000:>8.1f} {ratio:>8.2f}x "
+              f"{warmup[name]:>10.1f}")  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
