@@ -6,7 +6,8 @@ Validation and beam search see many sequence lengths, so the cache grows with th
 experiments/base.yaml's baseline for `--steps` steps in bf16, validates and decodes the test set, as `ablate
 run` does, under two capacities at once: one run a capacity, each pinned to its own core with one thread,
 then again with the cores swapped, so that a difference between the cores falls on both. It prints each
-capacity's training ms a step, decoding sentences a second, wall seconds and peak MiB (the run's result.json).
+capacity's training ms a step, decoding sentences a second, wall seconds, peak MiB and BLEU (the run's
+result.json): the cache changes which kernels are kept, not what they compute, so BLEU should not move.
 
     python benchmarks/primitive_cache.py [--capacities 1024,32] [--steps 100] [--repeat 2]
 
@@ -37,6 +38,10 @@ def start(capacity: int, core: int, steps: int, results: Path) -> subprocess.Pop
                             preexec_fn=lambda: os.sched_setaffinity(0, {core}))  # fmt: skip
 
 
+def bleu(result: dict) -> float:
+    return result["scores"]["test_2016_flickr"]["bleu"]  # base.yaml's test set
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--capacities", default="1024,32", help="two ONEDNN_PRIMITIVE_CACHE_CAPACITY values")
@@ -62,17 +67,17 @@ def main() -> None:
                 core = cores[pair.index(c)]
                 print(f"round {r + 1}, capacity {c:>5}, core {core}: {result['step_ms']:.1f} ms a step, "
                       f"{result['decode_sentences_per_s']:.1f} sent/s, {result['wall_seconds']:.0f} s, "
-                      f"peak {result['peak_memory_mib']:.0f} MiB")  # fmt: skip
+                      f"peak {result['peak_memory_mib']:.0f} MiB, BLEU {bleu(result):.2f}")  # fmt: skip
     print(
         f"{rows[capacities[0]][0]['device']}, torch {rows[capacities[0]][0]['torch']}, bf16, "
         f"{args.steps} steps, medians of {args.repeat} rounds"
     )
-    print(f"{'capacity':>8} {'ms a step':>10} {'sent/s':>8} {'wall s':>7} {'peak MiB':>9}")
+    print(f"{'capacity':>8} {'ms a step':>10} {'sent/s':>8} {'wall s':>7} {'peak MiB':>9} {'BLEU':>6}")
     for c in capacities:
         med = {k: statistics.median(r[k] for r in rows[c]) for k in
                ("step_ms", "decode_sentences_per_s", "wall_seconds", "peak_memory_mib")}  # fmt: skip
         print(f"{c:>8} {med['step_ms']:>10.1f} {med['decode_sentences_per_s']:>8.1f} {med['wall_seconds']:>7.0f} "
-              f"{med['peak_memory_mib']:>9.0f}")  # fmt: skip
+              f"{med['peak_memory_mib']:>9.0f} {statistics.median(map(bleu, rows[c])):>6.2f}")  # fmt: skip
 
 
 if __name__ == "__main__":
