@@ -16,8 +16,8 @@ It prints each arm's median ms a step and its throughput relative to "as is" (> 
     python benchmarks/levers.py [--experiment experiments/base.yaml] [--arms foreach,fused,compiled,bf16]
                                 [--steps 20] [--warmup 5] [--threads N]
 
-oneDNN's primitive cache (a lever on memory, see benchmarks/README.md) is read once, when torch loads; compare it
-by running this twice, with and without ONEDNN_PRIMITIVE_CACHE_CAPACITY set, alternately.
+oneDNN's primitive cache, a lever on memory, is read once when torch loads, so it cannot be an arm here:
+benchmarks/primitive_cache.py compares it.
 """
 
 from __future__ import annotations
