@@ -11,10 +11,10 @@ import pytest
 # CI runs the tests in two pytest-xdist workers on two cores. Each worker takes its own share of the cores
 # (sched_setaffinity), and the runs a test starts inherit it: ablate sees a 1-core machine in each worker and
 # trains on that core, one thread a run, so the two workers' runs never share a core (without this, a test's
-# run of 2 threads on both cores met the other worker's at every OpenMP barrier: in a fresh clone on a Zen 4,
-# pytest took 15:36 unpinned and 14:32 pinned, the same day). Tests of what ablate does with
-# several cores hand ALL_CORES to the process they start (`cli(..., cores=ALL_CORES)`). In-process tests use
-# one thread. OpenMP threads sleep at a barrier rather than spin there (no effect on results).
+# run of 2 threads on both cores met the other worker's at every OpenMP barrier; in fresh clones on one Zen 4,
+# pytest took 15:36 unpinned, and 14:32 and 16:08 pinned: within this machine's run-to-run noise). Tests of
+# what ablate does with several cores hand ALL_CORES to the process they start (`cli(..., cores=ALL_CORES)`).
+# In-process tests use one thread. OpenMP threads sleep at a barrier rather than spin there (no effect on results).
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 import torch
 
