@@ -17,6 +17,7 @@ from rich.table import Table
 from ablate.errors import UserError
 from ablate.report.tables import FORMATS
 from ablate.sweep.launchers import LAUNCHERS
+from ablate.train.worker import bound_primitive_caches
 
 
 class Parser(argparse.ArgumentParser):
@@ -131,6 +132,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     schema.set_defaults(handler=cmd_schema)
 
     args = parser.parse_args(argv)
+    bound_primitive_caches()  # before torch loads: under torchrun, jobs train in this process
     try:
         return args.handler(args)
     except UserError as error:

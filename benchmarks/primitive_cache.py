@@ -1,15 +1,20 @@
-"""oneDNN's primitive cache against a run's speed and peak memory: the same short bf16 run, side by side.
+"""A cache of oneDNN primitives against a run's speed and peak memory: the same short bf16 run, side by side.
 
-oneDNN, torch's library for bf16 matmuls on the CPU, builds (JIT-compiles) a primitive for each new shape
-and keeps up to ONEDNN_PRIMITIVE_CACHE_CAPACITY of them (1,024 by default), each with its buffers.
-Validation and beam search see many sequence lengths, so the cache grows with them. This benchmark trains
+oneDNN, torch's library for bf16 matmuls on the CPU, builds (JIT-compiles) a primitive for each new shape.
+Two caches keep them, each up to 1,024 by default, with their buffers: oneDNN's own
+(ONEDNN_PRIMITIVE_CACHE_CAPACITY) and ideep's, torch's layer over oneDNN (LRU_CACHE_CAPACITY; `--variable`
+chooses). Training batches, validation and beam search see many shapes, so the caches grow with them. This
+benchmark trains
 experiments/base.yaml's baseline for `--steps` steps in bf16, validates and decodes the test set, as `ablate
 run` does, under two capacities at once: one run a capacity, each pinned to its own core with one thread,
 then again with the cores swapped, so that a difference between the cores falls on both. It prints each
 capacity's training ms a step, decoding sentences a second, wall seconds, peak MiB and BLEU (the run's
 result.json): the cache changes which kernels are kept, not what they compute, so BLEU should not move.
 
-    python benchmarks/primitive_cache.py [--capacities 1024,32] [--steps 100] [--repeat 2]
+    python benchmarks/primitive_cache.py [--variable LRU_CACHE_CAPACITY] [--capacities 1024,32] [--steps 100]
+        [--repeat 2]
+
+The other cache keeps a worker's setting (ablate/train/worker.py), unless the environment sets it.
 
 Run it alone, on 2 idle cores or more; bf16 should be native on the CPU (AVX-512 BF16 or AMX), since elsewhere
 torch emulates it on other kernels.
@@ -27,13 +32,14 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+CACHES = ["ONEDNN_PRIMITIVE_CACHE_CAPACITY", "LRU_CACHE_CAPACITY"]  # oneDNN's, ideep's
 
 
-def start(capacity: int, core: int, steps: int, results: Path) -> subprocess.Popen:
+def start(variable: str, capacity: int, core: int, steps: int, results: Path) -> subprocess.Popen:
     command = [sys.executable, "-m", "ablate.cli", "run", "experiments/base.yaml", "--only", "baseline",
                "--results", str(results), "--set", f"training.max_steps={steps}", "--set", "training.precision=bf16",
                "--set", f"training.validate_every={steps}"]  # fmt: skip
-    env = os.environ | {"ONEDNN_PRIMITIVE_CACHE_CAPACITY": str(capacity)}
+    env = os.environ | {variable: str(capacity)}
     return subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             preexec_fn=lambda: os.sched_setaffinity(0, {core}))  # fmt: skip
 
@@ -44,7 +50,8 @@ def bleu(result: dict) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--capacities", default="1024,32", help="two ONEDNN_PRIMITIVE_CACHE_CAPACITY values")
+    parser.add_argument("--variable", default="ONEDNN_PRIMITIVE_CACHE_CAPACITY", choices=CACHES, help="which cache")
+    parser.add_argument("--capacities", default="1024,32", help="two capacities of that cache")
     parser.add_argument("--steps", type=int, default=100)
     parser.add_argument("--repeat", type=int, default=2, help="rounds; the cores swap each round")
     args = parser.parse_args()
@@ -57,7 +64,7 @@ def main() -> None:
         for r in range(args.repeat):
             pair = capacities if r % 2 == 0 else capacities[::-1]
             placed = zip(pair, cores[:2], strict=True)
-            procs = {c: start(c, core, args.steps, Path(tmp) / f"{r}-{c}") for c, core in placed}
+            procs = {c: start(args.variable, c, core, args.steps, Path(tmp) / f"{r}-{c}") for c, core in placed}
             for c, proc in procs.items():
                 _, err = proc.communicate()
                 if proc.returncode != 0:
@@ -70,7 +77,7 @@ def main() -> None:
                       f"peak {result['peak_memory_mib']:.0f} MiB, BLEU {bleu(result):.2f}")  # fmt: skip
     print(
         f"{rows[capacities[0]][0]['device']}, torch {rows[capacities[0]][0]['torch']}, bf16, "
-        f"{args.steps} steps, medians of {args.repeat} rounds"
+        f"{args.steps} steps, medians of {args.repeat} rounds of {args.variable}"
     )
     print(f"{'capacity':>8} {'ms a step':>10} {'sent/s':>8} {'wall s':>7} {'peak MiB':>9} {'BLEU':>6}")
     for c in capacities:

@@ -67,16 +67,29 @@ def test_a_bf16_run_through_the_cli_records_its_precision_and_warns_where_bf16_i
         assert re.search(r"a matmul runs [\d,]+ times slower than in fp32 here", run.stdout)
 
 
-def test_a_worker_caps_onednn_primitive_cache_unless_the_user_set_it():
-    """Set before torch loads in the worker's process: each child gets it; a user's own value is kept."""
+def test_a_worker_caps_both_primitive_caches_unless_the_user_set_them():
+    """Set before torch loads in the worker's process: each child gets them; a user's own value is kept."""
     import subprocess
     import sys
 
-    code = ("import os\nfrom ablate.train.worker import bound_onednn_cache\nbound_onednn_cache()\n"
-            "print(os.environ['ONEDNN_PRIMITIVE_CACHE_CAPACITY'])")  # fmt: skip
-    env = {k: v for k, v in os.environ.items() if k != "ONEDNN_PRIMITIVE_CACHE_CAPACITY"}
+    names = ["ONEDNN_PRIMITIVE_CACHE_CAPACITY", "LRU_CACHE_CAPACITY"]
+    code = ("import os\nfrom ablate.train.worker import bound_primitive_caches\nbound_primitive_caches()\n"
+            f"print(*(os.environ[name] for name in {names}))")  # fmt: skip
+    env = {k: v for k, v in os.environ.items() if k not in names}
     default = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
-    assert default.stdout.strip() == "32"
-    own = subprocess.run([sys.executable, "-c", code], env=env | {"ONEDNN_PRIMITIVE_CACHE_CAPACITY": "7"},
+    assert default.stdout.split() == ["32", "32"]
+    own = subprocess.run([sys.executable, "-c", code], env=env | {"LRU_CACHE_CAPACITY": "7"},
                          capture_output=True, text=True, check=True)  # fmt: skip
-    assert own.stdout.strip() == "7"
+    assert own.stdout.split() == ["32", "7"]
+
+
+def test_the_cli_caps_the_caches_before_a_command_runs(monkeypatch):
+    """Under torchrun the CLI's own process trains: the caps are set before the command (and torch) starts."""
+    import ablate.cli
+
+    for name in ("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "LRU_CACHE_CAPACITY"):
+        monkeypatch.delenv(name, raising=False)
+    seen: dict[str, str] = {}
+    monkeypatch.setattr(ablate.cli, "cmd_run", lambda args: seen.update(os.environ) or 0)
+    assert ablate.cli.main(["run", "experiments/smoke.yaml"]) == 0
+    assert (seen["ONEDNN_PRIMITIVE_CACHE_CAPACITY"], seen["LRU_CACHE_CAPACITY"]) == ("32", "32")

@@ -24,16 +24,19 @@ from ablate.files import write_json
 from ablate.rundir import RESULT, Exit, RunLock, Status
 from ablate.train.job import Job
 
-# oneDNN, torch's library for bf16 matmuls on the CPU, JIT-builds a primitive for each new shape and caches up to
-# 1,024 of them with their buffers; validation and beam search see many sequence lengths. On a Zen 4, a 100-step
-# bf16 base run peaked at 1,971 MiB with that default and 1,293 MiB with 32, at the same speed; with no cache a
-# step was 3.7 times slower (benchmarks/primitive_cache.py, benchmarks/README.md). A user's own setting wins.
-ONEDNN_CACHE_CAPACITY = 32
+# oneDNN, torch's library for bf16 matmuls on the CPU, JIT-builds a primitive for each new shape, and two caches keep
+# up to 1,024 of them each, with their buffers: oneDNN's own and ideep's, torch's layer over oneDNN. Training batches,
+# validation and beam search see many shapes. On a Zen 4, capping oneDNN's cache at 32 took a 100-step bf16 base
+# run's peak from 1,971 to 1,293 MiB, and then capping ideep's at 32 took it from 1,285 to 853 MiB, each at the same
+# speed; with no oneDNN cache a step was 3.7 times slower (benchmarks/primitive_cache.py, benchmarks/README.md).
+PRIMITIVE_CACHES = {"ONEDNN_PRIMITIVE_CACHE_CAPACITY": 32, "LRU_CACHE_CAPACITY": 32}  # oneDNN's, ideep's
 
 
-def bound_onednn_cache() -> None:
-    """Caps oneDNN's primitive cache at ONEDNN_CACHE_CAPACITY unless the environment sets it; before torch loads."""
-    os.environ.setdefault("ONEDNN_PRIMITIVE_CACHE_CAPACITY", str(ONEDNN_CACHE_CAPACITY))
+def bound_primitive_caches() -> None:
+    """Caps both caches of oneDNN primitives (PRIMITIVE_CACHES) unless the environment sets them; before torch
+    loads. The settings pass to every process this one starts."""
+    for variable, capacity in PRIMITIVE_CACHES.items():
+        os.environ.setdefault(variable, str(capacity))
 
 
 class Stop:
@@ -58,7 +61,7 @@ def main(argv: list[str] | None = None) -> int:
         print("usage: python -m ablate.worker RUN_DIR", file=sys.stderr)
         return Exit.USER_ERROR
     stop = Stop()  # first: a scheduler's warning may come while torch is still being imported
-    bound_onednn_cache()
+    bound_primitive_caches()
     from ablate.train import distributed  # torch
 
     try:
