@@ -240,6 +240,9 @@ def test_the_report_tables_every_run_at_every_budget_with_tau_verdicts_and_a_plo
             assert float(row["ΔBLEU lo"]) <= float(row["ΔBLEU"]) <= float(row["ΔBLEU hi"])
             assert row["Holm"] in ("yes", "no")
     assert (folder / "budgets.svg").is_file() and "Effect against compute" in (folder / "index.html").read_text()
+    agreement = {r["between"]: r for r in csv.DictReader((folder / "agreement.csv").open())}
+    assert agreement["100 and 200"]["runs"] == "2"  # baseline and wsd reached both points; τ needs 3 runs
+    assert "Kendall τ between the runs' order" in (folder / "agreement.md").read_text()
     # the built-in reproducibility check: each point against the run trained to that budget alone, here exact
     checked = {(r["run"], r["budget"]): r for r in csv.DictReader((folder / "reproduced.csv").open())}
     assert checked[("baseline", "100")]["trained alone as"] == "points/runs/alone100/seed-1"

@@ -128,9 +128,11 @@ def write_report(report: Report) -> list[Path]:
         files |= {f"paper.{name.split('.')[1]}": render(fmt, paper_table, f"{exp.name}: {TITLE}", paper_notes)
                   for fmt, name in FILES.items()}  # fmt: skip
         tables.append((TITLE[0].upper() + TITLE[1:], paper_table, paper_notes))
-    if report.budgets is not None:  # budgets.md, budgets.csv; the rank agreement on the page
+    if report.budgets is not None:  # budgets.md and .csv; the rank agreement, agreement.md and .csv
         (budget_frame, budget_notes), agreement = budget_tables(report.budgets)
         files |= {f"budgets.{fmt}": render(fmt, budget_frame, f"{exp.name}: {BUDGETS_TITLE}", budget_notes)
+                  for fmt in ("md", "csv")}  # fmt: skip
+        files |= {f"agreement.{fmt}": render(fmt, agreement[0], f"{exp.name}: {AGREEMENT_TITLE}", agreement[1])
                   for fmt in ("md", "csv")}  # fmt: skip
         tables += [(BUDGETS_TITLE[0].upper() + BUDGETS_TITLE[1:], budget_frame, budget_notes),
                    (AGREEMENT_TITLE[0].upper() + AGREEMENT_TITLE[1:], *agreement)]  # fmt: skip
