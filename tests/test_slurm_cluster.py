@@ -133,7 +133,7 @@ def test_ctrl_c_leaves_the_jobs_and_says_how_to_cancel_them_then_scancel_and_res
     spec = write("long.yaml", f"""
 name: long
 extends: {SMOKE}
-training: {{max_steps: 1000, validate_every: 500, checkpoint_every: 100}}
+training: {{max_steps: 600, validate_every: 300, checkpoint_every: 100}}
 """)  # fmt: skip
     args = ["run", str(spec), "--only", "baseline", "--launcher", "slurm", "--cpus-per-run", "1", "--results",
             str(results)]  # fmt: skip
