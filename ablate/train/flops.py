@@ -27,7 +27,7 @@ from pathlib import Path
 import torch
 
 from ablate.data.batches import Example
-from ablate.train.device import device_name
+from ablate.train.device import CoreShare, device_name
 
 PROBES = ((1, 4, 3), (2, 4, 3), (1, 9, 3), (1, 4, 8), (2, 7, 6), (3, 5, 11))  # (B, S, T): the system's rows
 CHECK = (3, 13, 9)  # a shape the fit has not seen
@@ -114,8 +114,12 @@ def count(model: torch.nn.Module, shape: tuple[int, int, int], vocab: tuple[int,
     return int(counter.get_total_flops())
 
 
-# The device's peak, measured once a machine and cached: a timed square matmul in the run's precision.
+# The device's peak, measured once a machine and cached: a timed square matmul in the run's precision. A
+# measurement on a CPU whose cores other processes were using is a busy machine's figure, not the peak: it is
+# used for that run, but not kept (in one cache, a 2-thread bf16 peak measured so had stayed at 84 GFLOP/s, under
+# the 93 of 1 thread, and a sweep's MFU read 180%).
 PEAK_SIZE = {"cpu": 2048, "cuda": 8192}
+QUIET = 0.9  # the least share of its cores (CoreShare) a CPU measurement must have had to be cached
 
 
 def peak_flops(device: torch.device, precision: str, threads: int | None = None) -> float:
@@ -125,13 +129,17 @@ def peak_flops(device: torch.device, precision: str, threads: int | None = None)
     cached: dict[str, float] = {}
     with contextlib.suppress(OSError, ValueError):
         cached = json.loads(path.read_text())
-    if key not in cached:
-        cached[key] = measure_peak(device, precision)
+    if key in cached:
+        return float(cached[key])
+    share = CoreShare() if device.type == "cpu" else None
+    peak = measure_peak(device, precision)
+    had = share.stop() if share is not None else None
+    if share is None or (had is not None and had >= QUIET):
         with contextlib.suppress(OSError):  # a read-only cache only costs a measurement next time
             from ablate.files import write_json
 
-            write_json(path, cached)
-    return float(cached[key])
+            write_json(path, cached | {key: peak})
+    return peak
 
 
 def measure_peak(device: torch.device, precision: str, seconds: float = 1.0) -> float:
@@ -166,4 +174,4 @@ def measure_peak(device: torch.device, precision: str, seconds: float = 1.0) -> 
 def cache_file() -> Path:
     from ablate.data.tokenizer import cache_dir
 
-    return cache_dir() / "peak_flops.json"
+    return cache_dir() / "peak_flops.v2.json"  # v2: only quiet measurements (QUIET); v1 kept busy ones too
