@@ -133,8 +133,8 @@ def peak_flops(device: torch.device, precision: str, threads: int | None = None)
         return float(cached[key])
     share = CoreShare() if device.type == "cpu" else None
     peak = measure_peak(device, precision)
-    had = share.stop() if share is not None else None
-    if share is None or (had is not None and had >= QUIET):
+    had = share.stop() if share is not None else None  # None: a GPU, or a CPU that cannot tell (no /proc/stat)
+    if had is None or had >= QUIET:
         with contextlib.suppress(OSError):  # a read-only cache only costs a measurement next time
             from ablate.files import write_json
 
