@@ -10,10 +10,12 @@ one lever:
     compiled           torch.compile(model, dynamic=True): inductor's C++ kernels for the forward and backward
                        (compile time is spent in warm-up, not timed; it is printed)
     bf16               training.precision bf16 (autocast); on a CPU without native bf16 it is emulated and slow
+    bf16-fp32-attention  bf16 autocast, but scaled_dot_product_attention in fp32: its inputs cast up, its output
+                       back to bf16 (on a Zen 4 the profile put a third of a bf16 step in the bf16 attention kernel)
 
 It prints each arm's median ms a step and its throughput relative to "as is" (> 1: the lever wins).
 
-    python benchmarks/levers.py [--experiment experiments/base.yaml] [--arms foreach,fused,compiled,bf16]
+    python benchmarks/levers.py [--experiment experiments/base.yaml] [--arms foreach,fused,compiled,bf16,...]
                                 [--steps 20] [--warmup 5] [--threads N]
 
 oneDNN's primitive cache, a lever on memory, is read once when torch loads, so it cannot be an arm here:
@@ -26,9 +28,12 @@ import argparse
 import copy
 import statistics
 import time
+import types
 
 import torch
+import torch.nn.functional as F
 
+import ablate.parts.attention
 from ablate.data.batches import batch_indices, collate
 from ablate.data.dataset import load_dataset
 from ablate.data.tokenizer import PAD
@@ -37,18 +42,37 @@ from ablate.sweep.experiment import load_experiment
 from ablate.train.device import device_name
 from ablate.train.trainer import Trainer
 
-ARMS = ("foreach", "fused", "compiled", "bf16")
+ARMS = ("foreach", "fused", "compiled", "bf16", "bf16-fp32-attention")
+
+
+def fp32_attention(q, k, v, **kwargs):
+    """scaled_dot_product_attention outside autocast, in fp32, its output cast back to the inputs' dtype."""
+    with torch.autocast("cpu", enabled=False):
+        return F.scaled_dot_product_attention(q.float(), k.float(), v.float(), **kwargs).to(q.dtype)
 
 
 def trainer(arm: str, model: torch.nn.Module, spec, d_model: int) -> Trainer:
     """ablate's Trainer with one lever pulled (or none, for "as is")."""
-    if arm == "bf16":
+    if arm.startswith("bf16"):
         spec = spec.model_copy(update={"precision": "bf16"})
     t = Trainer(model, spec, d_model, torch.device("cpu"))
     if arm in ("foreach", "fused"):
         t.optimizer = torch.optim.Adam(model.parameters(), lr=0.0, betas=spec.betas, eps=spec.eps, **{arm: True})
     if arm == "compiled":
         t.forward = torch.compile(model, dynamic=True)
+    if arm == "bf16-fp32-attention":  # the attention module's `F`, for this arm's steps only
+        shim = types.SimpleNamespace(**{n: getattr(F, n) for n in dir(F) if not n.startswith("__")})
+        shim.scaled_dot_product_attention = fp32_attention
+        step = t.train_step
+
+        def train_step(batches):
+            ablate.parts.attention.F = shim
+            try:
+                return step(batches)
+            finally:
+                ablate.parts.attention.F = F
+
+        t.train_step = train_step
     return t
 
 
@@ -93,10 +117,10 @@ def main() -> None:
           f"<= {spec.training.max_tokens} tokens a batch), {args.steps} timed steps an arm after "
           f"{args.warmup}")  # fmt: skip
     median = {name: statistics.median(t) for name, t in times.items()}
-    print(f"{'arm':<10} {'median ms':>10} {'min ms':>8} {'vs as is':>9} {'warm-up s':>10}")
+    print(f"{'arm':<20} {'median ms':>10} {'min ms':>8} {'vs as is':>9} {'warm-up s':>10}")
     for name in trainers:
         ratio = median["as is"] / median[name]  # the same batches: throughput
-        print(f"{name:<10} {median[name] * 1000:>10.1f} {min(times[name]) * 1000:>8.1f} {ratio:>8.2f}x "
+        print(f"{name:<20} {median[name] * 1000:>10.1f} {min(times[name]) * 1000:>8.1f} {ratio:>8.2f}x "
               f"{warmup[name]:>10.1f}")  # fmt: skip
 
 
