@@ -10,8 +10,9 @@ one lever:
     compiled           torch.compile(model, dynamic=True): inductor's C++ kernels for the forward and backward
                        (compile time is spent in warm-up, not timed; it is printed)
     bf16               training.precision bf16 (autocast); on a CPU without native bf16 it is emulated and slow
-    bf16-fp32-attention  bf16 autocast, but scaled_dot_product_attention in fp32: its inputs cast up, its output
-                       back to bf16 (on a Zen 4 the profile put a third of a bf16 step in the bf16 attention kernel)
+    bf16-attention     bf16 autocast with torch's bf16 attention kernel, as ablate had it until it computed
+                       attention in fp32 on the CPU (`sdpa`, ablate/parts/attention.py): a third of a bf16 step
+                       was spent in that kernel on a Zen 4
 
 It prints each arm's median ms a step and its throughput relative to "as is" (> 1: the lever wins).
 
@@ -28,7 +29,6 @@ import argparse
 import copy
 import statistics
 import time
-import types
 
 import torch
 import torch.nn.functional as F
@@ -38,17 +38,12 @@ from ablate.data.batches import batch_indices, collate
 from ablate.data.dataset import load_dataset
 from ablate.data.tokenizer import PAD
 from ablate.model.transformer import build_model
+from ablate.parts.attention import sdpa
 from ablate.sweep.experiment import load_experiment
 from ablate.train.device import device_name
 from ablate.train.trainer import Trainer
 
-ARMS = ("foreach", "fused", "compiled", "bf16", "bf16-fp32-attention")
-
-
-def fp32_attention(q, k, v, **kwargs):
-    """scaled_dot_product_attention outside autocast, in fp32, its output cast back to the inputs' dtype."""
-    with torch.autocast("cpu", enabled=False):
-        return F.scaled_dot_product_attention(q.float(), k.float(), v.float(), **kwargs).to(q.dtype)
+ARMS = ("foreach", "fused", "compiled", "bf16", "bf16-attention")
 
 
 def trainer(arm: str, model: torch.nn.Module, spec, d_model: int) -> Trainer:
@@ -60,17 +55,15 @@ def trainer(arm: str, model: torch.nn.Module, spec, d_model: int) -> Trainer:
         t.optimizer = torch.optim.Adam(model.parameters(), lr=0.0, betas=spec.betas, eps=spec.eps, **{arm: True})
     if arm == "compiled":
         t.forward = torch.compile(model, dynamic=True)
-    if arm == "bf16-fp32-attention":  # the attention module's `F`, for this arm's steps only
-        shim = types.SimpleNamespace(**{n: getattr(F, n) for n in dir(F) if not n.startswith("__")})
-        shim.scaled_dot_product_attention = fp32_attention
+    if arm == "bf16-attention":  # the attention module's `sdpa` is torch's own, for this arm's steps only
         step = t.train_step
 
         def train_step(batches):
-            ablate.parts.attention.F = shim
+            ablate.parts.attention.sdpa = F.scaled_dot_product_attention
             try:
                 return step(batches)
             finally:
-                ablate.parts.attention.F = F
+                ablate.parts.attention.sdpa = sdpa
 
         t.train_step = train_step
     return t

@@ -85,3 +85,24 @@ def test_cross_attention_reads_memory_through_key_mask():
     mask = torch.tensor([True, True, True, True, False, False])[None, None, None, :]
     with torch.no_grad():
         torch.testing.assert_close(attn(x, memory, mask), attn(x, memory[:, :4], None), atol=1e-5, rtol=1e-5)
+
+
+def test_on_the_cpu_bf16_attention_is_computed_in_fp32():
+    """Under bf16 autocast, `sdpa` is the exact attention of its bf16 inputs rounded once to bf16 (fp32 inside),
+    and gradients flow; fp32 inputs without autocast take torch's kernel unchanged."""
+    from ablate.parts.attention import sdpa
+
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(2, H, 7, D_K).bfloat16().requires_grad_() for _ in range(3))
+    mask = torch.rand(2, 1, 1, 7) > 0.2
+    mask[..., 0] = True  # every query sees a key
+    exact = torch.softmax((q.double() @ k.double().transpose(-1, -2)) * 0.3 + (~mask) * -1e9, -1) @ v.double()
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out = sdpa(q, k, v, attn_mask=mask, scale=0.3)
+    assert out.dtype == torch.bfloat16
+    torch.testing.assert_close(out.double(), exact, rtol=2**-8, atol=1e-6)  # one bf16 rounding of the exact value
+    out.float().sum().backward()
+    assert all(t.grad is not None and t.grad.abs().sum() > 0 for t in (q, k, v))
+    x = [t.detach().float() for t in (q, k, v)]
+    assert torch.equal(sdpa(*x, attn_mask=mask, scale=0.3),
+                       torch.nn.functional.scaled_dot_product_attention(*x, attn_mask=mask, scale=0.3))  # fmt: skip

@@ -3,7 +3,7 @@
 Shapes: B batch, L query length, M key length, h heads, d_k width of a head.
 The q, k, v projections are a part of their own (ablate.parts.projections).
 Every variant runs through F.scaled_dot_product_attention with an explicit `scale`,
-so each gets the fused kernels.
+so each gets the fused kernels (`sdpa`: in fp32 on the CPU, where bf16's kernel is slow).
 """
 
 from __future__ import annotations
@@ -19,6 +19,22 @@ from torch import Tensor, nn
 from ablate.parts.positions import Positions
 from ablate.parts.projections import Projection
 from ablate.registry import Part, PartParams, slot
+
+
+def sdpa(q: Tensor, k: Tensor, v: Tensor, **kwargs) -> Tensor:
+    """F.scaled_dot_product_attention, but in fp32 on the CPU under autocast or for bf16 inputs, its output cast to
+    the dtype the kernel would have returned.
+
+    Under bf16 autocast on a CPU, torch's bf16 attention kernel took a third of a base-recipe training step
+    on a Zen 4 with native bf16; in fp32 the step was 1.34 times as fast (benchmarks/levers.py,
+    benchmarks/README.md). On CUDA bf16 stays bf16, where the fused kernels are fast.
+    """
+    autocast = q.device.type == "cpu" and torch.is_autocast_enabled("cpu")
+    if q.device.type == "cpu" and (autocast or q.dtype == torch.bfloat16):
+        dtype = torch.get_autocast_dtype("cpu") if autocast else q.dtype  # what the kernel would have returned
+        with torch.autocast("cpu", enabled=False):
+            return F.scaled_dot_product_attention(q.float(), k.float(), v.float(), **kwargs).to(dtype)
+    return F.scaled_dot_product_attention(q, k, v, **kwargs)
 
 
 class AttentionScaling(Part, nn.Module):
@@ -120,7 +136,7 @@ class Attention(nn.Module):
         if self.probe is not None:  # a diagnostic step: the explicit softmax, whose probabilities SDPA never forms
             out = self.probe(self, q, k, v, mask, is_causal, scale)
         else:
-            out = F.scaled_dot_product_attention(
+            out = sdpa(
                 q,
                 k,
                 v,

@@ -67,7 +67,9 @@ class TrainingSpec(Section):
     seed: int = Field(1, description="seeds model init, dropout and batch order")
     device: str = Field("auto", description="auto (a GPU when there is one), cpu, cuda, cuda:N")
     precision: Literal["auto", "fp32", "bf16"] = Field(
-        "auto", description="bf16: autocast, fp32 weights; auto: bf16 on CUDA and CPUs with native bf16, else fp32"
+        "auto",
+        description="bf16: autocast, fp32 weights (on the CPU attention in fp32); auto: bf16 on CUDA and CPUs with "
+        "native bf16, else fp32",
     )
     diverge_loss: PositiveFloat = Field(
         1e3, description="a training loss above this (or NaN/inf) ends the run as diverged"
