@@ -169,7 +169,9 @@ variants:
 
     seconds, steps = load("seconds")
     assert seconds["stopped_by"] == "max_seconds"
-    assert sum(s["step_ms"] for s in steps) >= 1500 > sum(s["step_ms"] for s in steps[:-1])
+    rounding = 0.05 * len(steps)  # each step's step_ms is logged to 0.1 ms; the budget counts the exact times
+    assert sum(s["step_ms"] for s in steps) >= 1500 - rounding
+    assert 1500 + rounding > sum(s["step_ms"] for s in steps[:-1])
 
     report = cli("report", str(tmp_path / "budgets"), "--format", "csv", "--no-files")
     assert report.returncode == 0, report.stderr
