@@ -8,50 +8,20 @@ import os
 from itertools import combinations
 
 import pytest
-from rich.console import Console
 
 from ablate.sweep.devices import Resources, default_threads, resources
-from ablate.sweep.experiment import load_experiment
-from ablate.sweep.launchers.local import LocalLauncher, Pool
-from ablate.sweep.plan import plan
-from ablate.sweep.progress import SweepView
-from ablate.sweep.runner import collect, prepare, prepare_data, write_results
+from ablate.sweep.launchers.local import Pool
 from ablate.train.job import Job
 from tests.conftest import ALL_CORES, ROOT, cli
-from tests.test_launchers import PLUGIN, SMOKE, interval, most_at_once, overlap
+from tests.test_launchers import SMOKE, interval, launch, most_at_once, overlap
 
 CORES = ALL_CORES  # the machine's, not this xdist worker's share (tests/conftest.py)
 two_cores = pytest.mark.skipif(len(CORES) < 2, reason="needs two cores to pin two runs apart")
 
 
 def sweep(tmp_path, write, variants: str, res: Resources, model: str = "{}", memory=lambda: None):
-    """Plans, prepares and launches a small experiment on `res`; its records in plan order, the table, the view."""
-    path = write("cores.yaml", f"""
-name: cores
-extends: {SMOKE}
-plugins: [{PLUGIN}]
-model: {model}
-data: {{max_pairs: 100}}
-training: {{max_steps: 40, validate_every: null, checkpoint_every: null}}
-evaluation: {{beam_size: 1, max_extra_len: 5}}
-variants:
-{variants}
-""")  # fmt: skip
-    experiment = load_experiment(path)
-    planned = plan(experiment, tmp_path / "results")
-    prepare_data([p.job for p in planned])
-    for p in planned:
-        prepare(p)
-    jobs = [p.job for p in planned]
-    log = tmp_path / "view.log"
-    view = SweepView(Console(file=open(log, "w"), width=200), jobs)  # noqa: SIM115
-    try:
-        outcomes = LocalLauncher(res, memory).launch(jobs, view)
-    finally:
-        view.close()
-    records = collect(planned, outcomes)
-    _, frame, _ = write_results(experiment, tmp_path / "results", planned, outcomes)
-    return records, frame, log.read_text()
+    """Launches a small experiment on `res`'s cores; its records in plan order, the table, the view."""
+    return launch(tmp_path, write, "cores", variants, res, model, memory)
 
 
 @two_cores

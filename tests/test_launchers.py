@@ -9,6 +9,7 @@ from datetime import datetime
 from itertools import combinations
 
 import pytest
+from rich.console import Console
 
 from ablate.errors import UserError
 from ablate.sweep.devices import Resources, place, resources
@@ -30,10 +31,11 @@ def _one_thread_a_worker(monkeypatch):
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
 
 
-def sweep(tmp_path, write, variants: str, gpus: list[int], per_run: int, model: str = "{}"):
-    """Plans, prepares and launches an experiment on fake GPUs; returns its records, in plan order, and the table."""
-    path = write("gpus.yaml", f"""
-name: gpus
+def launch(tmp_path, write, name: str, variants: str, res: Resources, model: str = "{}", memory=lambda: None):
+    """Plans, prepares and launches a small experiment on `res` with the local launcher; returns its records, in
+    plan order, the table and what the progress view printed. tests/test_cores.py launches on cores with it."""
+    path = write(f"{name}.yaml", f"""
+name: {name}
 extends: {SMOKE}
 plugins: [{PLUGIN}]
 model: {model}
@@ -49,16 +51,20 @@ variants:
     for p in planned:
         prepare(p)
     jobs = [p.job for p in planned]
-    from rich.console import Console
-
-    view = SweepView(Console(file=open(tmp_path / "view.log", "w"), width=200), jobs)  # noqa: SIM115
-    launcher = LocalLauncher(Resources(gpus, per_run, device="cpu"))
+    log = tmp_path / "view.log"
+    view = SweepView(Console(file=open(log, "w"), width=200), jobs)  # noqa: SIM115
     try:
-        outcomes = launcher.launch(jobs, view)
+        outcomes = LocalLauncher(res, memory).launch(jobs, view)
     finally:
         view.close()
     records = collect(planned, outcomes)
     _, frame, _ = write_results(experiment, tmp_path / "results", planned, outcomes)
+    return records, frame, log.read_text()
+
+
+def sweep(tmp_path, write, variants: str, gpus: list[int], per_run: int, model: str = "{}"):
+    """Launches an experiment on fake GPUs; returns its records, in plan order, and the table."""
+    records, frame, _ = launch(tmp_path, write, "gpus", variants, Resources(gpus, per_run, device="cpu"), model)
     return records, frame
 
 
