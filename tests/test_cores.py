@@ -83,6 +83,7 @@ def test_the_default_trains_as_many_runs_side_by_side_as_there_are_jobs_and_core
     assert (res.cpus, res.threads_per_run, res.parallel) == ([0, 1], 1, 2)
     assert "the most runs an hour" in res.describe() and "2 runs at once, 1 thread(s) each" in res.describe()
     assert resources("cpu", 1, threads_per_run=2, jobs=4, cores=[0, 1]).parallel == 1
+    assert resources("cpu", 1, jobs=4, cores=[3]).describe() == "CPU (1 core), one run at a time, 1 thread(s) each"
 
 
 def test_threads_per_run_is_checked_in_one_line(tmp_path):

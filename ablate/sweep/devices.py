@@ -50,9 +50,8 @@ class Resources:
             return "CPU, one run at a time"
         threads = self.threads_per_run or len(self.cpus)
         runs = "one run at a time" if self.parallel == 1 else f"{self.parallel} runs at once"
-        return f"CPU ({len(self.cpus)} cores), {runs}, {threads} thread(s) each" + (
-            f" ({self.why})" if self.why else ""
-        )
+        cores = "1 core" if len(self.cpus) == 1 else f"{len(self.cpus)} cores"
+        return f"CPU ({cores}), {runs}, {threads} thread(s) each" + (f" ({self.why})" if self.why else "")
 
 
 def cuda_available() -> bool:
