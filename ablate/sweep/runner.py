@@ -130,7 +130,8 @@ def sweep(experiment: Experiment, options: Options, console) -> Summary:
     rank0 = distributed.rank() == 0
     say = console.print if rank0 else (lambda *a, **k: None)
     runs = len({p.job.run for p in planned})
-    say(f"{experiment.path}: {experiment.name}, {runs} runs x {len(planned) // max(runs, 1)} seed(s), "
+    seeds = len(planned) // max(runs, 1)
+    say(f"{experiment.path}: {experiment.name}, {runs} run{'s' if runs != 1 else ''} x {seeds} seed(s), "
         f"{len(training)} to train on {launcher.describe()} -> {options.results / experiment.name}",
         highlight=False)  # fmt: skip
     for p in selected:
