@@ -18,7 +18,7 @@ import ablate
 from ablate.errors import SpecError
 from ablate.report.budgets import holm, rank_agreement, verdict
 from ablate.report.results import ExperimentResults, JobRecord
-from ablate.report.significance import Interval, seeds_needed
+from ablate.report.significance import Interval, no_spread_note, seeds_needed
 from ablate.rundir import POINT, budget_dir, budget_name
 from ablate.train.budgets import BudgetPoints
 from ablate.train.schedules import SCHEDULE
@@ -248,6 +248,19 @@ def test_the_report_tables_every_run_at_every_budget_with_tau_verdicts_and_a_plo
     assert checked[("baseline", "100")]["trained alone as"] == "points/runs/alone100/seed-1"
     assert checked[("wsd", "100")]["trained alone as"] == "points/runs/wsd_alone100/seed-1"
     assert {(r["machine"], r["verdict"]) for r in checked.values()} == {("same: exact", "identical")}
+    # one seed a run: no seed spread to plan with, so an unresolved row gets no seed count, and a note names it
+    assert "seeds for 80%" not in rows[0]
+    unresolved = {}
+    for r in rows:
+        if r["ΔBLEU lo"] and float(r["ΔBLEU lo"]) <= 0 <= float(r["ΔBLEU hi"]):
+            unresolved.setdefault(r["run"], []).append(r["budget"])
+    said = [line.strip() for line in (folder / "budgets.md").read_text().splitlines() if "not computed for" in line]
+    named = [f"{run} at {', '.join(at)}" for run, at in unresolved.items()]
+    assert said == ([no_spread_note(named)] if named else [])
+    table = list(csv.DictReader((folder / "table.csv").open()))
+    named = [r["run"] for r in table if r["ΔBLEU lo"] and float(r["ΔBLEU lo"]) <= 0 <= float(r["ΔBLEU hi"])]
+    said = [line.strip() for line in (folder / "table.md").read_text().splitlines() if "not computed for" in line]
+    assert said == ([no_spread_note(named)] if named else [])
 
 
 def point(directory, budget):

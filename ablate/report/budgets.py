@@ -25,7 +25,7 @@ import pandas as pd
 from ablate.errors import UserError
 from ablate.report.frame import BUDGET_UNITS, Comparison, compare, mean_of
 from ablate.report.results import ExperimentResults, JobRecord
-from ablate.report.significance import ALPHA, POWER_NOTE, Interval, pooled_sd, seeds_needed
+from ablate.report.significance import ALPHA, POWER_NOTE, Interval, no_spread_note, pooled_sd, seeds_needed
 from ablate.rundir import (
     budget_dir,
     budget_name,
@@ -115,7 +115,7 @@ def budget_table(exp: ExperimentResults) -> Budgets | None:
     if unit(exp) is None or len(points) < 2:
         return None
     split = exp.split()
-    rows, intervals = [], {}
+    rows, intervals, no_spread = [], {}, {}
     views = {b: at_budget(exp, b) for b in points}
     for b, view in views.items():
         comparison = compare(view, split, "bs", p_values=False) if split else Comparison()
@@ -127,6 +127,8 @@ def budget_table(exp: ExperimentResults) -> Budgets | None:
                 intervals[(run, b)] = interval
             spread = pooled_sd(bleu, reference)
             unresolved = interval is not None and not interval.excludes_zero
+            if unresolved and not spread:
+                no_spread.setdefault(run, []).append(budget_name(b))
             rows.append({
                 "run": run, "budget": budget_name(b), "BLEU": mean_of(bleu),
                 "BLEU std": round(statistics.stdev(bleu), 2) if len(bleu) > 1 else None, "n": len(bleu),
@@ -158,6 +160,10 @@ def budget_table(exp: ExperimentResults) -> Budgets | None:
     ]  # fmt: skip
     if "seeds for 80%" in frame.columns:
         notes.append(POWER_NOTE)
+    if no_spread:
+        order = list(exp.runs)
+        notes.append(no_spread_note([f"{run} at {', '.join(at)}" for run, at in
+                                     sorted(no_spread.items(), key=lambda item: order.index(item[0]))]))  # fmt: skip
     agreement, agreement_notes = rank_agreement(exp, views, split)
     verdict_lines = verdicts(exp, intervals, points)
     counted = BUDGET_UNITS.get(unit(exp) or "", "")

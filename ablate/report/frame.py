@@ -16,7 +16,7 @@ import pandas as pd
 
 from ablate.errors import UserError, did_you_mean
 from ablate.report.results import ExperimentResults, JobRecord, references
-from ablate.report.significance import POWER_NOTE, Interval, pooled_sd, seeds_needed
+from ablate.report.significance import POWER_NOTE, Interval, no_spread_note, pooled_sd, seeds_needed
 
 COLUMNS = ["run", "differs", "params", "BLEU", "BLEU std", "n", "ΔBLEU", "ΔBLEU lo", "ΔBLEU hi", "CI over", "p",
            "seeds for 80%",
@@ -114,7 +114,7 @@ def report_frame(exp: ExperimentResults, test: str = "bs") -> tuple[pd.DataFrame
                  if "train_src_tokens_per_s" in j.result]  # fmt: skip
         return mean_of(rates, 0)
 
-    rows = []
+    rows, no_spread = [], []
     for run, jobs in exp.runs.items():
         reference = exp.runs.get(exp.reference(run), [])
         base_bleu, base_speed = mean_of(bleu_of(reference)), speed(reference)
@@ -125,6 +125,8 @@ def report_frame(exp: ExperimentResults, test: str = "bs") -> tuple[pd.DataFrame
         decode = [j.result["decode_sentences_per_s"] for j in ok if "decode_sentences_per_s" in j.result]
         interval, spread = comparison.intervals.get(run), pooled_sd(bleu, bleu_of(reference))
         unresolved = interval is not None and not interval.excludes_zero and spread is not None
+        if interval is not None and not interval.excludes_zero and spread is None:
+            no_spread.append(run)
         rows.append({
             "run": run, "differs": jobs[0].result.get("describe", "-"), "params": jobs[0].result.get("params"),
             "BLEU": mean, "BLEU std": round(statistics.stdev(bleu), 2) if len(bleu) > 1 else None, "n": len(bleu),
@@ -166,6 +168,8 @@ def report_frame(exp: ExperimentResults, test: str = "bs") -> tuple[pd.DataFrame
     notes += explanations(comparison, test)
     if any(row["seeds for 80%"] is not None for row in rows):
         notes.append(POWER_NOTE)
+    if no_spread:
+        notes.append(no_spread_note(no_spread))
     devices = {j.result["device"]: None for jobs in exp.runs.values() for j in jobs if "device" in j.result}
     if len(devices) > 1:
         notes.append(f"The runs trained on {len(devices)} different devices ({'; '.join(devices)}): train tok/s, "

@@ -158,6 +158,13 @@ def seeds_needed(delta: float, sd: float, alpha: float = ALPHA, power: float = P
     return f"> {MAX_SEEDS}"
 
 
+def no_spread_note(rows: list[str]) -> str:
+    """The report's word on unresolved rows whose arms have one seed each: no spread to plan seeds with."""
+    return (f"seeds for 80%: not computed for {'; '.join(rows)}. The interval includes 0, but with one seed an arm "
+            "there is no seed spread to plan with; train a second seed (`ablate run <experiment> --seeds 2`) and "
+            "the report says how many seeds would resolve the difference.")  # fmt: skip
+
+
 POWER_NOTE = (
     "seeds for 80%: for a row whose interval includes 0, the seeds per arm a two-sample t-test needs to resolve a "
     f"difference of the measured ΔBLEU at the measured seed spread (pooled sd of both arms) with {POWER:.0%} "
