@@ -18,6 +18,7 @@ from ablate.report.budgets import Budgets
 from ablate.report.diagnostic_plots import attention, gradient_norms, norms
 from ablate.report.figures import mean_band, save_figure
 from ablate.report.results import ExperimentResults, JobRecord
+from ablate.report.significance import Interval
 
 SMOOTHING = 50  # the training loss is averaged (EMA) over 1/SMOOTHING of the run's steps
 MAX_POINTS = 500  # points drawn a line (about one a pixel of the PNG): long runs keep small SVGs
@@ -128,8 +129,18 @@ def budget_plot(exp: ExperimentResults, budgets: Budgets, colors: dict[str, str]
         ax.set_xticks(budgets.points, [f"{b:g}" for b in budgets.points])
         ax.minorticks_off()
     loss_ax.legend(fontsize="small")
-    fig.suptitle(f"{exp.name}: effect against compute (bands: 95% interval over seeds and sentences)")
+    fig.suptitle(f"{exp.name}: effect against compute (bands: 95% interval over {covered(budgets.intervals)})")
     return save_figure(fig, directory, "budgets")
+
+
+def covered(intervals: dict[Any, Interval]) -> str:
+    """What the budget plot's bands cover: seed variance only where both arms have two seeds or more."""
+    seeds = {i.seeds for i in intervals.values()}
+    if seeds == {False}:
+        return "test sentences; one seed an arm"
+    if seeds == {True}:
+        return "seeds and sentences"
+    return "seeds and sentences; sentences alone where an arm has one seed"
 
 
 def learning_curves(exp: ExperimentResults, colors: dict[str, str], directory: Path) -> list[Path]:
