@@ -330,6 +330,15 @@ def test_a_verdict_is_said_only_where_the_intervals_support_it(first, last, expe
     assert verdict(interval(*first), interval(*last)) == expected
 
 
+def test_the_budget_plot_says_what_its_bands_cover():
+    from ablate.report.plots import covered
+
+    both, sentences = interval(1.0, 0.5), Interval(1.0, 0.0, 2.0, seeds=False, df=1e9)
+    assert both.seeds and covered({("a", 1): both}) == "seeds and sentences"
+    assert covered({("a", 1): sentences}) == "test sentences; one seed an arm"
+    assert "sentences alone where an arm has one seed" in covered({("a", 1): both, ("b", 1): sentences})
+
+
 def test_kendall_tau_between_budgets_and_between_seeds():
     def view(bleus):  # run -> BLEU of seeds 1 and 2
         exp = ExperimentResults("e", Path("."))
