@@ -127,7 +127,7 @@ def budget_table(exp: ExperimentResults) -> Budgets | None:
                 intervals[(run, b)] = interval
             spread = pooled_sd(bleu, reference)
             unresolved = interval is not None and not interval.excludes_zero
-            if unresolved and not spread:
+            if unresolved and spread is None:
                 no_spread.setdefault(run, []).append(budget_name(b))
             rows.append({
                 "run": run, "budget": budget_name(b), "BLEU": mean_of(bleu),
@@ -136,7 +136,7 @@ def budget_table(exp: ExperimentResults) -> Budgets | None:
                 "ΔBLEU lo": None if interval is None else round(interval.low, 2),
                 "ΔBLEU hi": None if interval is None else round(interval.high, 2),
                 "Holm": None,
-                "seeds for 80%": seeds_needed(interval.delta, spread) if unresolved and spread else None,
+                "seeds for 80%": seeds_needed(interval.delta, spread) if unresolved and spread is not None else None,
                 "valid loss": mean_of([j.result["valid_loss"] for j in jobs if j.ok and "valid_loss" in j.result], 3),
             })  # fmt: skip
     order = list(exp.runs)
