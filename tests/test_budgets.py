@@ -18,7 +18,7 @@ import ablate
 from ablate.errors import SpecError
 from ablate.report.budgets import holm, rank_agreement, verdict
 from ablate.report.results import ExperimentResults, JobRecord
-from ablate.report.significance import Interval, no_spread_note, seeds_needed
+from ablate.report.significance import Interval, lacks_spread, no_spread_note, seeds_for, seeds_needed
 from ablate.rundir import POINT, budget_dir, budget_name
 from ablate.train.budgets import BudgetPoints
 from ablate.train.schedules import SCHEDULE
@@ -248,19 +248,30 @@ def test_the_report_tables_every_run_at_every_budget_with_tau_verdicts_and_a_plo
     assert checked[("baseline", "100")]["trained alone as"] == "points/runs/alone100/seed-1"
     assert checked[("wsd", "100")]["trained alone as"] == "points/runs/wsd_alone100/seed-1"
     assert {(r["machine"], r["verdict"]) for r in checked.values()} == {("same: exact", "identical")}
-    # one seed a run: no seed spread to plan with, so an unresolved row gets no seed count, and a note names it
-    assert "seeds for 80%" not in rows[0]
-    unresolved = {}
-    for r in rows:
-        if r["ΔBLEU lo"] and float(r["ΔBLEU lo"]) <= 0 <= float(r["ΔBLEU hi"]):
-            unresolved.setdefault(r["run"], []).append(r["budget"])
-    said = [line.strip() for line in (folder / "budgets.md").read_text().splitlines() if "not computed for" in line]
-    named = [f"{run} at {', '.join(at)}" for run, at in unresolved.items()]
-    assert said == ([no_spread_note(named)] if named else [])
-    table = list(csv.DictReader((folder / "table.csv").open()))
-    named = [r["run"] for r in table if r["ΔBLEU lo"] and float(r["ΔBLEU lo"]) <= 0 <= float(r["ΔBLEU hi"])]
-    said = [line.strip() for line in (folder / "table.md").read_text().splitlines() if "not computed for" in line]
-    assert said == ([no_spread_note(named)] if named else [])
+    # one seed a run: no seed spread to plan with, so an unresolved row gets no seed count, and a note names it;
+    # a difference of exactly 0 (alone100 at 100: the same hypotheses) needs no spread, as no seeds resolve it
+    for name, table in (("budgets", rows), ("table", list(csv.DictReader((folder / "table.csv").open())))):
+        unresolved = {}
+        for r in table:
+            if r["ΔBLEU lo"] and float(r["ΔBLEU lo"]) <= 0 <= float(r["ΔBLEU hi"]):
+                if float(r["ΔBLEU"]) == 0:
+                    assert r["seeds for 80%"] == "> 1000", r
+                else:
+                    assert not r.get("seeds for 80%"), r
+                    unresolved.setdefault(r["run"], []).append(r.get("budget"))
+        named = [run if name == "table" else f"{run} at {', '.join(at)}" for run, at in unresolved.items()]
+        said = [line.strip() for line in (folder / f"{name}.md").read_text().splitlines() if "not computed for" in line]
+        assert said == ([no_spread_note(named)] if named else []), name
+
+
+def test_a_row_gets_a_seed_count_or_says_why_not():
+    resolved, unresolved = Interval(1.0, 0.5, 1.5, True, 10), Interval(0.4, -0.3, 1.1, True, 10)
+    identical = Interval(0.0, 0.0, 0.0, False, math.inf)  # the same hypotheses on both sides
+    assert seeds_for(resolved, 0.5) is None and not lacks_spread(resolved, None)
+    assert seeds_for(unresolved, 0.5) == seeds_needed(0.4, 0.5) == "26"
+    assert seeds_for(unresolved, None) is None and lacks_spread(unresolved, None)  # one seed an arm: the note
+    assert seeds_for(identical, None) == "> 1000" and not lacks_spread(identical, None)
+    assert seeds_for(None, 0.5) is None and not lacks_spread(None, None)
 
 
 def point(directory, budget):

@@ -25,7 +25,15 @@ import pandas as pd
 from ablate.errors import UserError
 from ablate.report.frame import BUDGET_UNITS, Comparison, compare, mean_of
 from ablate.report.results import ExperimentResults, JobRecord
-from ablate.report.significance import ALPHA, POWER_NOTE, Interval, no_spread_note, pooled_sd, seeds_needed
+from ablate.report.significance import (
+    ALPHA,
+    POWER_NOTE,
+    Interval,
+    lacks_spread,
+    no_spread_note,
+    pooled_sd,
+    seeds_for,
+)
 from ablate.rundir import (
     budget_dir,
     budget_name,
@@ -126,8 +134,7 @@ def budget_table(exp: ExperimentResults) -> Budgets | None:
             if interval is not None:
                 intervals[(run, b)] = interval
             spread = pooled_sd(bleu, reference)
-            unresolved = interval is not None and not interval.excludes_zero
-            if unresolved and spread is None:
+            if lacks_spread(interval, spread):
                 no_spread.setdefault(run, []).append(budget_name(b))
             rows.append({
                 "run": run, "budget": budget_name(b), "BLEU": mean_of(bleu),
@@ -136,7 +143,7 @@ def budget_table(exp: ExperimentResults) -> Budgets | None:
                 "ΔBLEU lo": None if interval is None else round(interval.low, 2),
                 "ΔBLEU hi": None if interval is None else round(interval.high, 2),
                 "Holm": None,
-                "seeds for 80%": seeds_needed(interval.delta, spread) if unresolved and spread is not None else None,
+                "seeds for 80%": seeds_for(interval, spread),
                 "valid loss": mean_of([j.result["valid_loss"] for j in jobs if j.ok and "valid_loss" in j.result], 3),
             })  # fmt: skip
     order = list(exp.runs)

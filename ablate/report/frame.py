@@ -16,7 +16,7 @@ import pandas as pd
 
 from ablate.errors import UserError, did_you_mean
 from ablate.report.results import ExperimentResults, JobRecord, references
-from ablate.report.significance import POWER_NOTE, Interval, no_spread_note, pooled_sd, seeds_needed
+from ablate.report.significance import POWER_NOTE, Interval, lacks_spread, no_spread_note, pooled_sd, seeds_for
 
 COLUMNS = ["run", "differs", "params", "BLEU", "BLEU std", "n", "ΔBLEU", "ΔBLEU lo", "ΔBLEU hi", "CI over", "p",
            "seeds for 80%",
@@ -124,8 +124,7 @@ def report_frame(exp: ExperimentResults, test: str = "bs") -> tuple[pd.DataFrame
         rate = speed(jobs)
         decode = [j.result["decode_sentences_per_s"] for j in ok if "decode_sentences_per_s" in j.result]
         interval, spread = comparison.intervals.get(run), pooled_sd(bleu, bleu_of(reference))
-        unresolved = interval is not None and not interval.excludes_zero and spread is not None
-        if interval is not None and not interval.excludes_zero and spread is None:
+        if lacks_spread(interval, spread):
             no_spread.append(run)
         rows.append({
             "run": run, "differs": jobs[0].result.get("describe", "-"), "params": jobs[0].result.get("params"),
@@ -135,7 +134,7 @@ def report_frame(exp: ExperimentResults, test: str = "bs") -> tuple[pd.DataFrame
             "ΔBLEU lo": _rounded(comparison.intervals.get(run), "low"),
             "ΔBLEU hi": _rounded(comparison.intervals.get(run), "high"),
             "CI over": _covers(comparison.intervals.get(run)), "p": comparison.p.get(run),
-            "seeds for 80%": seeds_needed(interval.delta, spread) if unresolved else None,
+            "seeds for 80%": seeds_for(interval, spread),
             "chrF": mean_of([j.result["scores"][split]["chrf"] for j in ok if split in j.result.get("scores", {})]),
             "len ratio": comparison.length_ratio.get(run),
             "valid loss": mean_of([j.result["valid_loss"] for j in ok if "valid_loss" in j.result], 3),

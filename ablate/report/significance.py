@@ -158,6 +158,22 @@ def seeds_needed(delta: float, sd: float, alpha: float = ALPHA, power: float = P
     return f"> {MAX_SEEDS}"
 
 
+def seeds_for(interval: Interval | None, spread: float | None) -> str | None:
+    """A row's 'seeds for 80%': None where there is no interval or it excludes 0 (resolved), or where one seed an
+    arm leaves no spread to plan with (`lacks_spread`). A difference of exactly 0, the same hypotheses on both
+    sides, needs no spread: no number of seeds resolves it."""
+    if interval is None or interval.excludes_zero:
+        return None
+    if interval.delta == 0:
+        return f"> {MAX_SEEDS}"
+    return None if spread is None else seeds_needed(interval.delta, spread)
+
+
+def lacks_spread(interval: Interval | None, spread: float | None) -> bool:
+    """An unresolved row that cannot be planned: one seed an arm, and a difference other than 0."""
+    return interval is not None and not interval.excludes_zero and interval.delta != 0 and spread is None
+
+
 def no_spread_note(rows: list[str]) -> str:
     """The report's word on unresolved rows whose arms have one seed each: no spread to plan seeds with."""
     return (f"seeds for 80%: not computed for {'; '.join(rows)}. The interval includes 0, but with one seed an arm "
