@@ -178,8 +178,9 @@ def test_paired_test_tells_a_real_difference_from_noise():
 
     a, b, good = [noisy(r, 0.6) for r in refs], [noisy(r, 0.6) for r in refs], [noisy(r, 0.9) for r in refs]
     for test in ("bs", "ar"):
-        p = paired_test(a, {"b": b, "good": good}, refs, lowercase=False, test=test)
+        p = paired_test(a, {"b": b, "good": good, "same": list(a)}, refs, lowercase=False, test=test)
         assert p["b"] > 0.05 and p["good"] < 0.01, (test, p)
+        assert p["same"] == 1.0  # sacreBLEU alone gives the baseline against itself 1/(n+1): "significant"
     with pytest.raises(ValueError, match="hypotheses for"):
         paired_test(a, {"short": b[:10]}, refs, lowercase=False)
 

@@ -131,7 +131,10 @@ def paired_test(baseline: Sequence[str], systems: dict[str, Sequence[str]], refe
     named = [("baseline", list(baseline)), *((name, list(hyps)) for name, hyps in systems.items())]
     paired = PairedTest(named, {"BLEU": BLEU(lowercase=lowercase)}, [list(references)], test_type=test)
     _, scores = paired()
-    return {name: result.p_value for name, result in zip(scores["System"][1:], scores["BLEU"][1:], strict=True)}
+    p = {name: result.p_value for name, result in zip(scores["System"][1:], scores["BLEU"][1:], strict=True)}
+    # sacreBLEU counts resampled differences strictly above the observed one (multeval's convention), so a system
+    # identical to the baseline gets 1/(n+1), which reads as significant; no difference is p = 1
+    return {name: 1.0 if list(systems[name]) == named[0][1] else value for name, value in p.items()}
 
 
 def pooled_sd(a: list[float], b: list[float]) -> float | None:
