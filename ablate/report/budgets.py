@@ -168,7 +168,6 @@ def budget_table(exp: ExperimentResults) -> Budgets | None:
     if "seeds for 80%" in frame.columns:
         notes.append(POWER_NOTE)
     if no_spread:
-        order = list(exp.runs)
         notes.append(no_spread_note([f"{run} at {', '.join(at)}" for run, at in
                                      sorted(no_spread.items(), key=lambda item: order.index(item[0]))]))  # fmt: skip
     agreement, agreement_notes = rank_agreement(exp, views, split)
