@@ -195,6 +195,31 @@ def losses_logged(directory):
     return any("loss" in r for r in read_metrics(directory))
 
 
+def test_a_worker_that_waited_for_a_run_another_process_finished_leaves_it_alone(tmp_path, smoke_run):
+    """Two sweeps, one run: the second planned it before the first's worker finished, and its worker waits for
+    the lock. Once it has the lock, it finds the result and neither decodes nor writes anything again."""
+    from ablate.rundir import RunLock
+
+    assert smoke_run.returncode == 0, smoke_run.stderr
+    shutil.copytree(smoke_run.results, tmp_path, dirs_exist_ok=True)
+    directory = tmp_path / "smoke" / "runs" / "baseline" / "seed-1"
+    job = json.loads((directory / "job.json").read_text())
+    (directory / "job.json").write_text(json.dumps(job | {"directory": str(directory)}))  # the copy, not smoke's
+    before = {f: f.read_bytes() for f in directory.rglob("*") if f.is_file() and f.name != ".lock"}
+    lock = RunLock(directory)
+    assert lock.acquire(wait=False)  # the first sweep's worker, decoding its last point
+    worker = subprocess.Popen([sys.executable, "-m", "ablate.worker", str(directory)], cwd=ROOT, text=True,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
+    time.sleep(3)
+    assert worker.poll() is None  # it waits for the lock
+    lock.release()
+    out, err = worker.communicate(timeout=120)
+    assert worker.returncode == 0, err
+    assert "another process finished this run while this one waited; nothing to do" in out
+    after = {f: f.read_bytes() for f in directory.rglob("*") if f.is_file() and f.name != ".lock"}
+    assert after == before  # result.json, the hypotheses and the logs as the first worker left them
+
+
 def test_a_changed_spec_is_run_again_and_the_table_says_so(tmp_path, smoke_run):
     assert smoke_run.returncode == 0, smoke_run.stderr
     shutil.copytree(smoke_run.results, tmp_path, dirs_exist_ok=True)  # smoke as the shared run left it

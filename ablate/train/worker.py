@@ -21,7 +21,7 @@ from typing import Any
 
 from ablate.errors import UserError
 from ablate.files import write_json
-from ablate.rundir import RESULT, Exit, RunLock, Status
+from ablate.rundir import FINISHED, RESULT, Exit, RunLock, Status, read_result
 from ablate.train.job import Job
 
 # oneDNN, torch's library for bf16 matmuls on the CPU, JIT-builds a primitive for each new shape, and two caches keep
@@ -83,6 +83,14 @@ def execute(job: Job, stop: Stop | None = None) -> int:
     if rank == 0 and not _acquire(lock):
         print(f"{job.directory}: another process ({lock.holder()}) is training this run", file=sys.stderr)
         return Exit.BUSY
+    # The sweep planned this job before it waited for the lock; another sweep's worker may have finished the run
+    # meanwhile (it held the lock while it decoded the last point). Decoding it again would rewrite its result.
+    device = torch.device(f"cuda:{local_rank}" if job.device == "cuda" else "cpu")
+    if distributed.any_rank(rank == 0 and finished(read_result(job.directory), job), device):
+        if rank == 0:
+            print(f"{job.directory}: another process finished this run while this one waited; nothing to do")
+        lock.release()
+        return Exit.COMPLETED
     wall = time.perf_counter()
     result: dict[str, Any] = job.record() | {
         "status": Status.RUNNING, "torch": torch.__version__, "python": platform.python_version(),
@@ -115,6 +123,11 @@ def execute(job: Job, stop: Stop | None = None) -> int:
         write_json(job.directory / RESULT, result)
     lock.release()
     return code
+
+
+def finished(result: dict[str, Any] | None, job: Job) -> bool:
+    """Whether result.json is a finished result of this job's spec (one that stands: never trained again)."""
+    return result is not None and result.get("status") in FINISHED and result.get("config_hash") == job.config_hash
 
 
 def _now() -> str:
