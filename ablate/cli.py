@@ -29,6 +29,22 @@ class Parser(argparse.ArgumentParser):
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """`ablate COMMAND ...`: parses the command line and hands over to the command; the exit code."""
+    args = build_parser().parse_args(argv)
+    bound_primitive_caches()  # before torch loads: under torchrun, jobs train in this process
+    try:
+        return args.handler(args)
+    except UserError as error:
+        for line in error.lines:
+            print(line, file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+def build_parser() -> Parser:
+    """Every command, flag and help text: an argparse table, one entry a flag."""
     parser = Parser(prog="ablate", description="Architecture ablations of the translation Transformer.")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
@@ -130,18 +146,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     schema = commands.add_parser("schema", help="print the JSON Schema of experiment files, for editors")
     schema.set_defaults(handler=cmd_schema)
-
-    args = parser.parse_args(argv)
-    bound_primitive_caches()  # before torch loads: under torchrun, jobs train in this process
-    try:
-        return args.handler(args)
-    except UserError as error:
-        for line in error.lines:
-            print(line, file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        return 130
+    return parser
 
 
 def console() -> Console:
@@ -304,9 +309,9 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    from ablate.check import reference
+    from ablate.check.run import check_all
 
-    return reference.check_all(args.references, args.update, args.keep, console(), args.threads, args.noise)
+    return check_all(args.references, args.update, args.keep, console(), args.threads, args.noise)
 
 
 def cmd_data(args: argparse.Namespace) -> int:

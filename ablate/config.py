@@ -17,6 +17,10 @@ from ablate.registry import Slot
 
 Probability = Annotated[float, Field(ge=0.0, lt=1.0)]
 
+# How a field counts towards a run's config hash (ablate.rundir.config_hash), marked on the field itself:
+BOOKKEEPING = {"config_hash": "never"}  # changes neither the trained model nor its scores
+ADDED = {"config_hash": "unless default"}  # added after results were committed: at its default, earlier hashes hold
+
 
 class Section(BaseModel):
     """A spec section: unknown keys and loose types are errors."""
@@ -24,9 +28,23 @@ class Section(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
 
 
-def part(slot: Slot, default: str) -> Any:
-    """A field whose value names a part of `slot`: `learned` or `{name: learned, max_len: 512}`."""
-    return Field(default=default, validate_default=True, description=slot.description)
+def part(slot: Slot, default: str, hashed: dict[str, str] | None = None) -> Any:
+    """A field whose value names a part of `slot`: `learned` or `{name: learned, max_len: 512}`; `hashed`: ADDED
+    for a slot added after results were committed."""
+    return Field(default=default, validate_default=True, description=slot.description, json_schema_extra=hashed)
+
+
+def hash_marks(section: type[BaseModel], prefix: tuple[str, ...] = ()) -> dict[tuple[str, ...], tuple[str, Any]]:
+    """Every field below `section` that is marked BOOKKEEPING or ADDED: dotted path -> (the mark, its default)."""
+    marks: dict[tuple[str, ...], tuple[str, Any]] = {}
+    for name, field in section.model_fields.items():
+        extra = field.json_schema_extra if isinstance(field.json_schema_extra, dict) else {}
+        if "config_hash" in extra:
+            marks[(*prefix, name)] = (str(extra["config_hash"]), field.get_default(call_default_factory=True))
+        annotation = field.annotation
+        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+            marks |= hash_marks(annotation, (*prefix, name))
+    return marks
 
 
 def show(value: Any) -> str:

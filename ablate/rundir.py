@@ -36,11 +36,17 @@ import os
 import shutil
 import socket
 import time
-from enum import Enum, IntEnum
+from enum import IntEnum
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
+from pydantic import BaseModel, ValidationError
+
+from ablate.errors import SpecError
 from ablate.files import read_json, write_json, write_text
+from ablate.record import BudgetPoint, RunResult
+
+R = TypeVar("R", bound=BaseModel)
 
 JOB, CONFIG, METRICS, RESULT = "job.json", "config.yaml", "metrics.jsonl", "result.json"
 DIAGNOSTICS = "diagnostics.jsonl"
@@ -49,25 +55,6 @@ SLURM_JOB = "slurm.json"
 BUDGET_POINTS, POINT = "budgets", "point.json"
 CHECKPOINT, CHECKPOINT_INFO = f"{CHECKPOINTS}/last.pt", f"{CHECKPOINTS}/last.json"
 STALE = ".stale-"  # seed-<n>.stale-<hash>: an earlier result set aside when the spec changed
-
-
-class Status(str, Enum):
-    """How a job ended (result.json's `status`), or where it stands when it has no result yet."""
-
-    COMPLETED = "completed"
-    DIVERGED = "diverged"  # a result, not a failure: never run again
-    FAILED = "failed"
-    INTERRUPTED = "interrupted"  # stopped with a checkpoint; the next `ablate run` resumes it
-    RUNNING = "running"
-    BUSY = "busy"  # another process held the run's lock
-    RUNNING_ELSEWHERE = "running elsewhere"
-    NOT_RUN = "not run"
-
-    def __str__(self) -> str:
-        return self.value
-
-
-FINISHED = (Status.COMPLETED, Status.DIVERGED)  # results that stand: never trained again, and reusable
 
 
 class Exit(IntEnum):
@@ -80,10 +67,12 @@ class Exit(IntEnum):
     INTERRUPTED = 130
 
 
-# Keys that change neither the trained model nor its scores, left out of the config hash (the resume
-# test shows that saving checkpoints does not change training, and the diagnostics test that measuring
-# diagnostics does not). With checkpoint averaging on, the
-# checkpoints are what gets averaged, so their interval counts.
+# How the spec's fields count towards the hash is marked on each field (ablate.config: BOOKKEEPING, ADDED). The run
+# directory is read without the spec's classes (the report never imports torch), so the hash reads this copy of
+# the marks; tests/test_record.py fails when it and the fields' marks differ.
+#
+# Keys that change neither the trained model nor its scores, left out of the config hash. With checkpoint
+# averaging on, the checkpoints are what gets averaged, so their interval counts.
 BOOKKEEPING = {("training", "checkpoint_every"), ("training", "peak_tflops"), ("training", "diagnostics_every")}
 
 # Keys added after results were committed, left out of the hash at their default so that earlier
@@ -107,11 +96,26 @@ def config_hash(spec: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:12]
 
 
-def read_result(directory: Path) -> dict[str, Any] | None:
-    """result.json, or None when there is none (or it cannot be read)."""
-    with contextlib.suppress(OSError, ValueError):
-        return read_json(directory / RESULT)
-    return None
+def read_result(directory: Path) -> RunResult | None:
+    """result.json, or None when there is none (or it cannot be read). One that is not a run record (a field
+    misspelt or of the wrong type) is an error naming the file and the field, never taken for a missing result."""
+    return _read_record(directory / RESULT, RunResult)
+
+
+def _read_record(path: Path, model: type[R]) -> R | None:
+    try:
+        data = read_json(path)
+    except (OSError, ValueError):
+        return None
+    try:
+        return model.model_validate(data)
+    except ValidationError as error:
+        raise SpecError.of(error, path, model, "not a run record of this version of ablate") from None
+
+
+def write_result(directory: Path, result: RunResult) -> None:
+    """result.json, atomically: written last, so that a run cut short is not taken for a result."""
+    write_json(directory / RESULT, result.dump())
 
 
 def stored_hash(directory: Path) -> str | None:
@@ -227,11 +231,14 @@ def budget_dir(directory: Path, budget: float) -> Path:
     return directory / BUDGET_POINTS / budget_name(budget)
 
 
-def read_point(directory: Path, budget: float) -> dict[str, Any] | None:
+def read_point(directory: Path, budget: float) -> BudgetPoint | None:
     """A budget point's record (point.json), once it has been scored."""
-    with contextlib.suppress(OSError, ValueError):
-        return read_json(budget_dir(directory, budget) / POINT)
-    return None
+    return _read_record(budget_dir(directory, budget) / POINT, BudgetPoint)
+
+
+def write_point(directory: Path, point: BudgetPoint) -> None:
+    """A budget point's record (point.json), written once it is scored: a resumed run never decodes it again."""
+    write_json(budget_dir(directory, point.budget) / POINT, point.dump())
 
 
 def seed_dirs(run_dir: Path) -> list[Path]:
@@ -265,13 +272,13 @@ def finished_jobs(results: Path) -> dict[str, Path]:
         if STALE in directory.name or not directory.is_dir():
             continue
         result = read_result(directory)
-        if result and result.get("status") in FINISHED and not result.get("reused_from"):
-            found.setdefault(result.get("config_hash") or stored_hash(directory) or "", directory)
+        if result and result.finished and not result.reused_from:
+            found.setdefault(result.config_hash or stored_hash(directory) or "", directory)
     found.pop("", None)
     return found
 
 
-def reuse(source: Path, target: Path, record: dict[str, Any], results: Path) -> dict[str, Any]:
+def reuse(source: Path, target: Path, record: dict[str, Any], results: Path) -> RunResult:
     """Copies a finished job's result, hypotheses, metrics and diagnostics into `target`, relabelled with `record`.
 
     `target` holds its own job.json and config.yaml already; result.json is written last, so a copy
@@ -285,10 +292,10 @@ def reuse(source: Path, target: Path, record: dict[str, Any], results: Path) -> 
     for name in (METRICS, DIAGNOSTICS):
         if (source / name).is_file():
             shutil.copyfile(source / name, target / name)
-    result = read_json(source / RESULT)
     where = str(source.relative_to(results)) if source.is_relative_to(results) else str(source)
-    result |= record | {"reused_from": where, "note": f"reused: the same spec and seed trained as {where}"}
-    write_text(target / RESULT, json.dumps(result, indent=2, default=str) + "\n")
+    fields = record | {"reused_from": where, "note": f"reused: the same spec and seed trained as {where}"}
+    result = RunResult.model_validate(_read_record(source / RESULT, RunResult).model_dump(exclude_unset=True) | fields)
+    write_result(target, result)
     return result
 
 

@@ -24,7 +24,8 @@ from ablate.data.batches import collate
 from ablate.data.dataset import load_dataset
 from ablate.data.tokenizer import PAD
 from ablate.model.diagnostics import fixed_batch, measure
-from ablate.train.trainer import VALIDATIONS, Trainer, autocast, precision_name
+from ablate.train.device import Placement
+from ablate.train.trainer import VALIDATIONS, Trainer, autocast
 
 
 def main() -> None:
@@ -37,11 +38,12 @@ def main() -> None:
     data = load_dataset(spec.data, spec.tokenizer)
     torch.manual_seed(spec.training.seed)
     model = ablate.build_model(spec.model, len(data.src_vocab), len(data.tgt_vocab), pad_id=PAD)
-    device = torch.device("cpu")
-    trainer = Trainer(model, spec.training, spec.model.d_model, device)
+    placement = Placement.of("cpu", 0, spec.training.precision, None)
+    device = placement.device
+    trainer = Trainer(model, spec.training, spec.model.d_model, placement)
     updates = trainer.updates(data.train, epoch=0)
     probe = fixed_batch(data.valid, spec.training.max_tokens)
-    amp = autocast(device, spec.training.precision)
+    amp = autocast(device, placement.precision)
 
     step_s, diag_s = [], []
     for i in range(args.repeats + 2):  # the first two of each warm up
@@ -62,7 +64,7 @@ def main() -> None:
     measurements = 0 if every == 0 else 2 + (steps // every if every else validations)  # init and end too
     overhead = measurements * diag / (steps * step) if steps else float("nan")
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, "
-          f"{precision_name(device, training.precision)}; {args.experiment}: d_model {spec.model.d_model}, "
+          f"{placement.precision}; {args.experiment}: d_model {spec.model.d_model}, "
           f"{spec.model.encoder_layers}+{spec.model.decoder_layers} layers, probe batch {tuple(probe.src.shape)}, "
           f"training batches of {training.max_tokens} tokens; median of {args.repeats}")  # fmt: skip
     print(f"training step     {1000 * step:8.1f} ms")

@@ -50,7 +50,7 @@ def trainer(arm: str, model: torch.nn.Module, spec, d_model: int) -> Trainer:
     """ablate's Trainer with one lever pulled (or none, for "as is")."""
     if arm.startswith("bf16"):
         spec = spec.model_copy(update={"precision": "bf16"})
-    t = Trainer(model, spec, d_model, torch.device("cpu"))
+    t = Trainer(model, spec, d_model)
     if arm in ("foreach", "fused"):
         t.optimizer = torch.optim.Adam(model.parameters(), lr=0.0, betas=spec.betas, eps=spec.eps, **{arm: True})
     if arm == "compiled":

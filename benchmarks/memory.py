@@ -27,13 +27,13 @@ PHASES = [  # (module, attribute, phase): what is wrapped, and the phase it is
     ("ablate.train.pipeline", "load_dataset", "data and tokenizer"),
     ("ablate.train.pipeline", "build_model", "model"),
     ("ablate.train.flops", "FlopModel.cached", "FLOP probes"),
-    ("ablate.train.pipeline", "initial_loss", "validation loss"),
-    ("ablate.train.pipeline", "validation_loss", "validation loss"),
-    ("ablate.train.pipeline", "translate", "greedy decoding (validation BLEU)"),
+    ("ablate.train.pipeline", "Pipeline.initial_loss", "validation loss"),
+    ("ablate.train.evaluation", "validation_loss", "validation loss"),
+    ("ablate.train.evaluation", "translate", "greedy decoding (validation BLEU)"),
     ("ablate.train.pipeline", "measure", "diagnostics"),
     ("ablate.train.checkpoints", "save", "checkpoints"),
     ("ablate.train.checkpoints", "averaged_weights", "checkpoint averaging"),
-    ("ablate.train.pipeline", "decode_and_score", "beam decoding and scoring"),
+    ("ablate.train.pipeline", "Pipeline.evaluate", "beam decoding and scoring"),
 ]
 LAST = "beam decoding and scoring"  # after it, the run has ended
 
@@ -124,19 +124,22 @@ def main() -> None:
 
     from ablate.sweep.experiment import load_experiment
     from ablate.sweep.plan import job_of
+    from ablate.train.device import Placement
     from ablate.train.pipeline import train_and_evaluate
 
     wrap(sampler)
     if args.sentences:
         import ablate.train.pipeline as pipeline
 
-        decode_and_score = pipeline.decode_and_score
+        prepare = pipeline.Pipeline.prepare
 
-        def fewer(model, data, *rest):
-            tests = {name: pairs[: args.sentences] for name, pairs in data.tests.items()}
-            return decode_and_score(model, dataclasses.replace(data, tests=tests), *rest)
+        def fewer(self):
+            fields = prepare(self)
+            tests = {name: pairs[: args.sentences] for name, pairs in self.data.tests.items()}
+            self.data = dataclasses.replace(self.data, tests=tests)
+            return fields
 
-        pipeline.decode_and_score = fewer
+        pipeline.Pipeline.prepare = fewer
     every = max(args.steps // 5, 1)  # five checkpoints to average, as the base recipe averages five
     overrides = [f"training.precision={args.precision}", f"training.max_steps={args.steps}",
                  f"training.validate_every={every * 2}", f"training.checkpoint_every={every}", *args.set]  # fmt: skip
@@ -147,7 +150,8 @@ def main() -> None:
         job.directory.mkdir(parents=True)
         job.save()
         sampler.phase = "start-up"
-        result = train_and_evaluate(job, 0, 1, 0, lambda: False)
+        placement = Placement.of("cpu", 0, job.spec["training"]["precision"], args.threads)
+        result = train_and_evaluate(job, placement, lambda: False)
     sampler.done = True
     sampler.join()
     print(f"{result['device']}, torch {torch.__version__}, {result['precision']}; base recipe, {args.steps} steps, "

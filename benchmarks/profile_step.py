@@ -66,9 +66,8 @@ def main() -> None:
     spec = load_experiment(args.experiment, overrides).baseline.spec
     data = load_dataset(spec.data, spec.tokenizer)
     torch.manual_seed(1)
-    device = torch.device("cpu")
     model = build_model(spec.model, len(data.src_vocab), len(data.tgt_vocab), pad_id=PAD)
-    trainer = Trainer(model, spec.training, spec.model.d_model, device)
+    trainer = Trainer(model, spec.training, spec.model.d_model)
     step_ms: list[float] = []
     steps = schedule(wait=0, warmup=args.warmup, active=args.steps, repeat=1)  # one cycle, its events kept
     with profile(activities=[ProfilerActivity.CPU], schedule=steps, acc_events=True, record_shapes=False) as prof:
@@ -90,7 +89,7 @@ def main() -> None:
     optimizer_ms = sum(e.cpu_time_total for e in prof.events() if e.name.startswith("Optimizer.step")) / 1000
     kernels = sum(by.values())
     wall = sum(step_ms)
-    print(f"{device_name(device)}, torch {torch.__version__}, {args.precision}; {args.experiment}'s baseline "
+    print(f"{device_name(trainer.device)}, torch {torch.__version__}, {args.precision}; {args.experiment}'s baseline "
           f"(d_model {spec.model.d_model}, {spec.model.encoder_layers}+{spec.model.decoder_layers} layers, "
           f"<= {spec.training.max_tokens} tokens a batch), {len(step_ms)} steps, "
           f"median {sorted(step_ms)[len(step_ms) // 2]:.1f} ms a step")  # fmt: skip

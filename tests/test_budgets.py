@@ -16,10 +16,11 @@ import pytest
 
 import ablate
 from ablate.errors import SpecError
+from ablate.record import BudgetPoint, RunResult, Score, Status
 from ablate.report.budgets import holm, rank_agreement, verdict
 from ablate.report.results import ExperimentResults, JobRecord
 from ablate.report.significance import Interval, lacks_spread, no_spread_note, seeds_for, seeds_needed
-from ablate.rundir import POINT, budget_dir, budget_name
+from ablate.rundir import POINT, budget_dir, budget_name, write_result
 from ablate.train.budgets import BudgetPoints
 from ablate.train.schedules import SCHEDULE
 from ablate.train.trainer import TrainingSpec
@@ -314,6 +315,11 @@ def interval(delta, p, df=1e9):
     return Interval(delta, delta - 1.959964 * se, delta + 1.959964 * se, True, df)
 
 
+def scored(bleu: float) -> dict[str, Score]:
+    """A test split's scores with this BLEU; the rest of them does not matter here."""
+    return {SPLIT: Score(bleu=bleu, chrf=0.0, bleu_signature="-", chrf_signature="-")}
+
+
 def test_holm_keeps_the_rows_that_survive_the_step_down():
     ps = {"a": 0.01, "b": 0.04, "c": 0.03, "d": 0.005}  # plain: all four below 0.05
     rows = {(run, 100.0): interval(1.0, p) for run, p in ps.items()}
@@ -355,7 +361,7 @@ def test_kendall_tau_between_budgets_and_between_seeds():
         exp = ExperimentResults("e", Path("."))
         for run, (s1, s2) in bleus.items():
             for seed, bleu in ((1, s1), (2, s2)):
-                result = {"status": "completed", "seed": seed, "scores": {SPLIT: {"bleu": bleu}}}
+                result = RunResult(run=run, seed=seed, status=Status.COMPLETED, scores=scored(bleu))
                 exp.runs.setdefault(run, []).append(JobRecord(Path(run), result, {}))
         return exp
 
@@ -381,11 +387,11 @@ def test_a_reproduction_is_exact_only_on_the_same_cpu_and_torch(tmp_path):
         d = tmp_path / where / "runs" / "r" / "seed-1"
         (d / "hypotheses").mkdir(parents=True)
         (d / "hypotheses" / f"{SPLIT}.txt").write_text("a\nb\n")
-        result = {"status": "completed", "seed": 1, "gpus": 0, "device": "cpu X, 1 thread", "precision": "fp32",
-                  "torch": "2.13.0", "scores": {SPLIT: {"bleu": 10.0}}} | result  # fmt: skip
-        (d / "result.json").write_text(json.dumps(result))
-        point = {"budget": 100.0, "scores": {SPLIT: {"bleu": 10.0}}}
-        return JobRecord(d, result | {"budget_points": [point]}, {}), point
+        record = RunResult(run="r", seed=1, status=Status.COMPLETED, gpus=0, device="cpu X, 1 thread",
+                           precision="fp32", torch="2.13.0", scores=scored(10.0)).model_copy(update=result)  # fmt: skip
+        write_result(d, record)
+        point = BudgetPoint(budget=100.0, scores=scored(10.0))
+        return JobRecord(d, record.model_copy(update={"budget_points": [point]}), {}), point
 
     mine, point = job("mine")
     other = job("alone")[0].directory
@@ -396,13 +402,16 @@ def test_a_reproduction_is_exact_only_on_the_same_cpu_and_torch(tmp_path):
         assert _reproduced("r", mine, point, theirs, SPLIT)["machine"].startswith("other"), change
 
 
-def test_a_spec_that_pins_the_precision_finds_the_run_whose_auto_resolved_to_it():
+def test_a_spec_that_pins_the_precision_also_finds_the_same_spec_with_auto():
     from ablate.report.budgets import _alone_hashes
     from ablate.rundir import config_hash
 
     spec = {"training": {"max_steps": 800, "precision": "fp32"}, "evaluation": {"budgets": [100, 800]}}
-    hashes = _alone_hashes(JobRecord(Path("."), {}, spec), "max_steps", 100.0)
+    hashes = _alone_hashes(JobRecord(Path("."), RunResult(run="r", seed=1, status=Status.COMPLETED), spec),
+                           "max_steps", 100.0)  # fmt: skip
     assert hashes == [config_hash({"training": {"max_steps": 100, "precision": "fp32"}, "evaluation": {}}),
                       config_hash({"training": {"max_steps": 100, "precision": "auto"}, "evaluation": {}})]  # fmt: skip
     auto = {"training": {"max_steps": 800, "precision": "auto"}, "evaluation": {"budgets": [100, 800]}}
-    assert len(_alone_hashes(JobRecord(Path("."), {}, auto), "max_steps", 100.0)) == 1
+    assert len(_alone_hashes(JobRecord(Path("."), RunResult(run="r", seed=1, status=Status.COMPLETED), auto),
+                             "max_steps", 100.0)) == 1  # fmt: skip
+

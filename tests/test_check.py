@@ -9,11 +9,15 @@ for Pre-LN, it fails, in the noise mode too.
 """
 
 import math
+import subprocess
+import sys
 
 import pytest
 import yaml
 
-from ablate.check.reference import Expected, Reference, SeedRun, Tolerance, compare_exact, compare_noise
+from ablate.check.compare import compare_exact, compare_noise
+from ablate.check.reference import Expected, Measured, Reference, SeedRun, Tolerance, dump, load
+from ablate.record import RunResult
 from tests.conftest import ALL_CORES, ROOT, cli
 
 
@@ -108,8 +112,15 @@ def reference(**seeds) -> Reference:
 
 
 def result(bleu, chrf, loss, hypotheses="hs1", device="cpu here", params=100):
-    return {"params": params, "device": device, "torch": "2", "precision": "fp32", "hypotheses_sha256": hypotheses,
-            "scores": {"t": {"bleu": bleu, "chrf": chrf}}, "valid_losses": {10: loss, 20: loss - 1}}  # fmt: skip
+    scores = {"t": {"bleu": bleu, "chrf": chrf, "bleu_signature": "b", "chrf_signature": "c"}}
+    record = RunResult(run="baseline", seed=1, status="completed", params=params, device=device, torch="2",
+                       precision="fp32", scores=scores)  # fmt: skip
+    return Measured(record, {10: loss, 20: loss - 1}, hypotheses)
+
+
+def unscored(params=100):
+    """A run that scored nothing (it failed before decoding)."""
+    return Measured(RunResult(run="baseline", seed=1, status="failed", params=params))
 
 
 def test_the_multiple_is_students_prediction_interval_split_over_the_metrics():
@@ -126,7 +137,7 @@ def test_noise_mode_applies_k_sd_or_the_floor_at_its_edge():
     assert inside == {"params": True, "valid loss curve": True, "BLEU": True, "chrF": True}
     outside = {name: ok for name, *_, ok in compare_noise(ref, result(21 - k - 0.01, 50.31, 3.0051, params=101))}
     assert outside == {"params": False, "valid loss curve": False, "BLEU": False, "chrF": False}
-    unmeasured = {name: ok for name, *_, ok in compare_noise(ref, {"params": 100})}  # a run that scored nothing
+    unmeasured = {name: ok for name, *_, ok in compare_noise(ref, unscored())}  # a run that scored nothing
     assert unmeasured == {"params": True, "valid loss curve": False, "BLEU": False, "chrF": False}
 
 
@@ -169,9 +180,37 @@ def test_a_bad_reference_file_gets_one_line_naming_the_key(tmp_path):
 
 def test_a_reference_that_pinned_auto_precision_is_not_told_its_source_changed():
     """base-cpu was measured from experiments/base.yaml (`precision: auto`) and pinned fp32, what auto gave."""
-    from ablate.check.reference import source_changed
+    from ablate.check.measure import source_changed
 
     ref = Reference.model_validate(yaml.safe_load((ROOT / "results" / "reference" / "base-cpu.yaml").read_text()))
     assert ref.spec["training"]["precision"] == "fp32" and not source_changed(ref)
     changed = ref.model_copy(update={"spec": ref.spec | {"training": ref.spec["training"] | {"max_steps": 999}}})
     assert source_changed(changed)
+
+
+def test_every_measured_reference_file_dumps_back_byte_for_byte():
+    """`--update` rewrites a file with `dump`: what `load` reads of a committed file comes back unchanged."""
+    measured = [path for path in sorted((ROOT / "results" / "reference").glob("*.yaml"))
+                if load(path).status == "measured"]  # fmt: skip
+    assert measured
+    for path in measured:
+        assert dump(load(path)) == path.read_text(encoding="utf-8"), path
+
+
+def test_the_reference_file_and_the_comparison_import_neither_torch_nor_training_nor_launchers():
+    """A reference loads, and a result is compared and tabled, in a process that has no torch, trainer or launcher."""
+    code = """
+import sys
+from pathlib import Path
+from ablate.check.compare import compare_exact, compare_noise, table
+from ablate.check.reference import Measured, dump, load
+from ablate.record import RunResult
+
+ref = load(Path("results/reference/tiny-cpu.yaml"))
+dump(ref)
+failed = Measured(RunResult(run="baseline", seed=1, status="failed"))
+table("t", compare_exact(ref, failed) + compare_noise(ref, failed))
+heavy = [m for m in sys.modules if m == "torch" or m.startswith(("ablate.train", "ablate.sweep.launchers"))]
+assert not heavy, heavy
+"""
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)

@@ -60,12 +60,12 @@ def test_sensitivity_table_follows_its_definition(sweep):
         losses = {}
         for lr in (0.001, 0.01):
             jobs = exp.runs[f"{arm},lr={lr:g}"]
-            losses[lr] = statistics.fmean(min(j.result["valid_loss"], j.result["init_valid_loss"]) for j in jobs)
+            losses[lr] = statistics.fmean(min(j.result.valid_loss, j.result.init_valid_loss) for j in jobs)
         best = min(losses, key=losses.get)
         assert float(table[arm]["best lr"]) == best
         assert float(table[arm]["sensitivity"]) == pytest.approx(statistics.fmean(losses.values()) - losses[best],
                                                                  abs=1e-3)  # fmt: skip
-        bleu = statistics.fmean(j.result["scores"][SPLIT]["bleu"] for j in exp.runs[f"{arm},lr={best:g}"])
+        bleu = statistics.fmean(j.result.bleu(SPLIT) for j in exp.runs[f"{arm},lr={best:g}"])
         assert float(table[arm]["BLEU at best lr"]) == pytest.approx(bleu, abs=0.01)
     for name in ["lr.png", "lr.svg", "lr.md", "lr.tex", "lr.html"]:
         assert (sweep / "report" / name).stat().st_size > 100, name
@@ -75,7 +75,7 @@ def test_each_run_is_compared_with_the_baseline_at_the_same_rate_and_at_its_best
     every = rows(cli("report", str(sweep), "--format", "csv", "--no-files").stdout)
     exp = load_results(sweep)
     for lr in ("0.001", "0.01"):
-        mean = {arm: statistics.fmean(j.result["scores"][SPLIT]["bleu"] for j in exp.runs[f"{arm},lr={lr}"])
+        mean = {arm: statistics.fmean(j.result.bleu(SPLIT) for j in exp.runs[f"{arm},lr={lr}"])
                 for arm in ("baseline", "pre_ln")}  # fmt: skip
         assert float(every[f"pre_ln,lr={lr}"]["ΔBLEU"]) == pytest.approx(mean["pre_ln"] - mean["baseline"], abs=0.011)
         assert every[f"baseline,lr={lr}"]["ΔBLEU"] == ""

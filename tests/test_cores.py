@@ -109,8 +109,8 @@ def test_ablate_run_trains_two_runs_at_once_without_flags_and_says_so(tmp_path):
     from ablate.report.results import load_results
 
     jobs = [j for jobs in load_results(tmp_path / "smoke").runs.values() for j in jobs]
-    assert len(jobs) == 2 and not set(jobs[0].result["cpu_ids"]) & set(jobs[1].result["cpu_ids"])
-    assert all(0.0 <= j.result["core_share"] <= 1.0 for j in jobs)
+    assert len(jobs) == 2 and not set(jobs[0].result.cpu_ids) & set(jobs[1].result.cpu_ids)
+    assert all(0.0 <= j.result.core_share <= 1.0 for j in jobs)
 
 
 def test_core_share_sees_another_process_running_on_the_cores():
@@ -133,22 +133,22 @@ def test_core_share_sees_another_process_running_on_the_cores():
 
 
 def test_the_table_marks_the_speed_of_a_run_that_shared_its_cores(tmp_path):
+    from ablate.record import RunResult, Status
     from ablate.report.frame import report_frame
     from ablate.report.results import from_records
     from ablate.report.tables import display
 
     def record(run, share):
-        return {
-            "run": run,
-            "seed": 1,
-            "status": "completed",
-            "describe": "-",
-            "train_src_tokens_per_s": 500.0,
-            "train_tgt_tokens_per_s": 500.0,
-            "wall_seconds": 10.0,
-            "core_share": share,
-            "cpu_ids": [0],
-        }
+        return RunResult(
+            run=run,
+            seed=1,
+            status=Status.COMPLETED,
+            train_src_tokens_per_s=500.0,
+            train_tgt_tokens_per_s=500.0,
+            wall_seconds=10.0,
+            core_share=share,
+            cpu_ids=[0],
+        )
 
     frame, notes = report_frame(from_records("e", tmp_path, [record("baseline", 0.99), record("busy", 0.4)]), "none")
     columns, rows = display(frame)

@@ -30,7 +30,7 @@ def trained():
     model = build_model(spec, V, V)
     training = TrainingSpec(schedule={"name": "inverse_sqrt", "lr": 3e-3, "warmup": 50}, max_tokens=600,
                             max_steps=700, label_smoothing=0.0, seed=0)  # fmt: skip
-    outcome = Trainer(model, training, 64, torch.device("cpu")).fit(reverse_task(4000, seed=1))
+    outcome = Trainer(model, training, 64).fit(reverse_task(4000, seed=1))
     assert outcome.status == "completed" and outcome.steps == 700
     return model.eval()
 

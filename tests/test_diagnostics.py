@@ -163,7 +163,7 @@ def test_measuring_leaves_mode_and_training_unchanged():
         model = build_model(tiny_spec(dropout=0.3, attention_dropout=0.2), V, V)
         spec = TrainingSpec.model_validate({"schedule": {"name": "constant", "lr": 1e-3}, "max_steps": 8,
                                             "max_tokens": 120})  # fmt: skip
-        trainer = Trainer(model, spec, 32, torch.device("cpu"))
+        trainer = Trainer(model, spec, 32)
 
         def on_step(p, model=model, diagnose=diagnose):
             if diagnose:

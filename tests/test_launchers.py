@@ -57,7 +57,7 @@ variants:
         outcomes = LocalLauncher(res, memory).launch(jobs, view)
     finally:
         view.close()
-    records = collect(planned, outcomes)
+    records = [r.dump() for r in collect(planned, outcomes)]  # as each result.json reads
     _, frame, _ = write_results(experiment, tmp_path / "results", planned, outcomes)
     return records, frame, log.read_text()
 

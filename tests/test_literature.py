@@ -7,6 +7,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from ablate.record import RunResult, Status
 from ablate.report.literature import literature_frame, paper_row, table3_change
 from ablate.report.paper import TABLE3, TABLE3_BASE
 from ablate.report.results import ExperimentResults, JobRecord
@@ -82,7 +83,7 @@ def test_the_paper_numbers_are_those_of_references_md():
 
 
 def job(config: dict, ppl: float) -> JobRecord:
-    return JobRecord(Path("."), {"status": "completed", "seed": 1, "valid_ppl": ppl}, config)
+    return JobRecord(Path("."), RunResult(run="r", seed=1, status=Status.COMPLETED, valid_ppl=ppl), config)
 
 
 def test_directions_and_agreement_from_the_intervals():

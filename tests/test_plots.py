@@ -95,7 +95,8 @@ def synthetic_results(root, with_diagnostics: bool = True, with_buckets: bool = 
             directory = experiment / "runs" / run / f"seed-{seed}"
             directory.mkdir(parents=True)
             scores = {"bleu": round(rng.uniform(25, 35), 2), "chrf": round(rng.uniform(50, 60), 2),
-                      "bleu_signature": "nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:2.6.0"}  # fmt: skip
+                      "bleu_signature": "nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:2.6.0",
+                      "chrf_signature": "nrefs:1|case:mixed|eff:yes|nc:6|nw:0|space:no|version:2.6.0"}  # fmt: skip
             if with_buckets and run in DIAGNOSED:
                 scores["by_length"] = {label: bucket(rng, n) for label, n in BUCKETS.items()}
             result = {"experiment": "syn", "run": run, "seed": seed, "status": "completed", "params": 123456,

@@ -9,8 +9,8 @@ import torch
 
 from ablate.data.batches import collate
 from ablate.data.tokenizer import BOS, EOS
-from ablate.train.device import native_bf16
-from ablate.train.trainer import Trainer, TrainingSpec, autocast, precision_name
+from ablate.train.device import native_bf16, resolve_precision
+from ablate.train.trainer import Trainer, TrainingSpec, autocast
 from tests.conftest import cli, tiny_model
 from tests.test_own_files import experiment, write_corpus
 
@@ -18,9 +18,9 @@ CPU = torch.device("cpu")
 
 
 def test_auto_is_bf16_on_cuda_and_on_cpus_with_native_bf16():
-    assert precision_name(CPU, "auto") == ("bf16" if native_bf16() else "fp32")
-    assert precision_name(torch.device("cuda"), "auto") == "bf16"
-    assert precision_name(CPU, "fp32") == "fp32" and precision_name(CPU, "bf16") == "bf16"
+    assert resolve_precision(CPU, "auto") == ("bf16" if native_bf16() else "fp32")
+    assert resolve_precision(torch.device("cuda"), "auto") == "bf16"
+    assert resolve_precision(CPU, "fp32") == "fp32" and resolve_precision(CPU, "bf16") == "bf16"
 
 
 def test_native_bf16_is_what_torch_reports():
@@ -43,11 +43,11 @@ def test_a_step_computes_in_the_precision_and_keeps_fp32_weights(precision):
         logits = model(examples.src, examples.tgt[:, :-1])
     assert logits.dtype == (torch.bfloat16 if precision == "bf16" else torch.float32)
     spec = TrainingSpec(schedule={"name": "constant", "lr": 1e-3}, max_steps=1, precision=precision)
-    trainer = Trainer(model.train(), spec, 32, CPU)
+    trainer = Trainer(model.train(), spec, 32)
     loss = trainer.train_step([collate(batch())])
     assert all(p.dtype == torch.float32 for p in model.parameters())  # master weights
     assert all(s["exp_avg"].dtype == torch.float32 for s in trainer.optimizer.state.values())
-    reference = Trainer(tiny_model().train(), spec.model_copy(update={"precision": "fp32"}), 32, CPU)
+    reference = Trainer(tiny_model().train(), spec.model_copy(update={"precision": "fp32"}), 32)
     assert loss == pytest.approx(reference.train_step([collate(batch())]), abs=0.05)  # bf16 round-off, same loss
 
 

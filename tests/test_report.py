@@ -61,7 +61,7 @@ def test_csv_numbers_match_the_result_files(results):
     rows = {r["run"]: r for r in csv.DictReader(io.StringIO(report(results, "--format", "csv", "--no-files")))}
     exp = load_results(results)
     for run in ("baseline", "pre_ln"):
-        bleu = [j.result["scores"][SPLIT]["bleu"] for j in exp.runs[run]]
+        bleu = [j.result.bleu(SPLIT) for j in exp.runs[run]]
         assert len(bleu) == 2 and float(rows[run]["BLEU"]) == pytest.approx(sum(bleu) / 2, abs=0.006)
         assert rows[run]["n"] == "2" and rows[run]["experiment"] == "rep"
     delta = float(rows["pre_ln"]["BLEU"]) - float(rows["baseline"]["BLEU"])
@@ -234,7 +234,7 @@ def test_delta_bleu_intervals_cover_seeds_and_sentences(results):
     assert ("*" in line) == (expected.low > 0 or expected.high < 0)
     # an unresolved row says how many seeds a t-test would need at the measured size and spread
     if expected.low <= 0 <= expected.high:
-        bleu = {run: [j.result["scores"][SPLIT]["bleu"] for j in exp.runs[run]] for run in ("baseline", "pre_ln")}
+        bleu = {run: [j.result.bleu(SPLIT) for j in exp.runs[run]] for run in ("baseline", "pre_ln")}
         spread = pooled_sd(bleu["pre_ln"], bleu["baseline"])
         assert row["seeds for 80%"] == seeds_needed(expected.delta, spread)
     else:
@@ -260,11 +260,12 @@ def test_length_ratio_is_each_runs_mean_over_seeds_and_needs_the_references(resu
 
 
 def test_a_note_says_when_rows_trained_on_different_devices(tmp_path):
+    from ablate.record import RunResult, Status
     from ablate.report.results import from_records
 
     def record(run, device):
-        return {"run": run, "seed": 1, "status": "completed", "device": device, "train_src_tokens_per_s": 900.0,
-                "train_tgt_tokens_per_s": 1000.0}  # fmt: skip
+        return RunResult(run=run, seed=1, status=Status.COMPLETED, device=device, train_src_tokens_per_s=900.0,
+                         train_tgt_tokens_per_s=1000.0)  # fmt: skip
 
     one = [record("baseline", "cpu (x86_64, 2 threads)"), record("pre_ln", "cpu (x86_64, 2 threads)")]
     _, notes = report_frame(from_records("e", tmp_path, one), "none")

@@ -10,7 +10,7 @@ from types import SimpleNamespace
 import pytest
 
 from ablate.errors import UserError
-from ablate.rundir import Status
+from ablate.record import Status
 from ablate.sweep.experiment import SlurmSpec
 from ablate.sweep.launchers import cluster, slurm
 from ablate.sweep.launchers.cluster import Node
@@ -90,14 +90,15 @@ class Handle:
 def test_a_task_ended_by_slurm_says_why(tmp_path):
     job = SimpleNamespace(directory=tmp_path, config_hash="abc", record=lambda: {"run": "r", "seed": 1})
     s = SlurmSpec(time_min=30, max_timeouts=3)
-    cancelled = ended(job, Handle("CANCELLED by 0", RuntimeError("has not produced any output")), s)
+    cancelled = ended(job, Handle("CANCELLED by 0", RuntimeError("has not produced any output")), s).dump()
     assert cancelled["status"] == Status.INTERRUPTED and "scancel" in cancelled["error"]
     assert not (tmp_path / "result.json").exists()  # resumable: no result written
-    timeout = ended(job, Handle("TIMEOUT", RuntimeError("Job not requeued because: timed-out too many times")), s)
+    too_many = RuntimeError("Job not requeued because: timed-out too many times")
+    timeout = ended(job, Handle("TIMEOUT", too_many), s).dump()
     assert timeout["status"] == Status.FAILED
     assert "time limit of 30 min after 3 requeue(s)" in timeout["error"] and "--time-min" in timeout["error"]
     assert "time limit" in (tmp_path / "result.json").read_text()
-    memory = ended(job, Handle("OUT_OF_MEMORY", RuntimeError("oom")), s)
+    memory = ended(job, Handle("OUT_OF_MEMORY", RuntimeError("oom")), s).dump()
     assert "out of memory" in memory["error"] and "mem_gb" in memory["error"]
 
 
@@ -115,7 +116,7 @@ def test_the_task_checkpoints_a_warned_worker_and_is_requeued(tmp_path, monkeypa
     assert worker.returncode == 130
     assert again is not None and again.args == (str(tmp_path),) and isinstance(again.function, Task)
     assert again.function.worker is None
-    (tmp_path / "result.json").write_text('{"config_hash": "abc", "status": "completed"}')
+    (tmp_path / "result.json").write_text('{"run": "r", "seed": 1, "config_hash": "abc", "status": "completed"}')
     task.worker = subprocess.Popen([sys.executable, "-c", "pass"])
     task.worker.wait()
     assert task.checkpoint(str(tmp_path)) is None  # it finished as the warning came: nothing to requeue

@@ -28,7 +28,7 @@ def trainer(**training):
     spec = TrainingSpec.model_validate(
         {"schedule": {"name": "constant", "lr": 1e-3}, "max_steps": 10, "precision": "fp32"} | training
     )  # fp32: these are exact checks of the loop; auto is bf16 on a CPU that computes it natively
-    return Trainer(model, spec, 32, torch.device("cpu"))
+    return Trainer(model, spec, 32)
 
 
 def test_accumulated_batches_give_the_gradient_of_one_big_batch():

@@ -10,7 +10,7 @@ from typing import Annotated
 
 from pydantic import Field, PositiveInt, model_validator
 
-from ablate.config import Section, part
+from ablate.config import ADDED, Section, part
 from ablate.data.batches import Example, encode_pairs
 from ablate.data.corpus import CORPUS, data_dir
 from ablate.data.tokenizer import TokenizerSpec, Vocabulary, vocabularies
@@ -34,6 +34,7 @@ class DataSpec(Section):
         None,
         description="train only on pairs whose source has at most this many words (whitespace-separated), "
         "to see how positions extrapolate to the longer test sentences; the vocabulary is still learned from all",
+        json_schema_extra=ADDED,
     )
 
     @model_validator(mode="after")

@@ -10,7 +10,7 @@ from typing import Annotated
 
 from pydantic import Field, PositiveInt, model_validator
 
-from ablate.config import Probability, Section, part
+from ablate.config import ADDED, Probability, Section, part
 from ablate.errors import SpecValueError
 from ablate.parts import EMBEDDING_SCALE, FEEDFORWARD, NORM, NORM_PLACEMENT, POSITIONS, PROJECTION, SCALING, TYING
 from ablate.registry import PartSpec, Slot
@@ -32,7 +32,7 @@ class ModelSpec(Section):
     positions: Annotated[PartSpec, POSITIONS] = part(POSITIONS, "sinusoidal")
     norm_placement: Annotated[PartSpec, NORM_PLACEMENT] = part(NORM_PLACEMENT, "post_ln")
     norm: Annotated[PartSpec, NORM] = part(NORM, "layernorm")
-    projection: Annotated[PartSpec, PROJECTION] = part(PROJECTION, "full")
+    projection: Annotated[PartSpec, PROJECTION] = part(PROJECTION, "full", ADDED)
     scaling: Annotated[PartSpec, SCALING] = part(SCALING, "sqrt_dk")
     feedforward: Annotated[PartSpec, FEEDFORWARD] = part(FEEDFORWARD, "relu")
     embedding_scale: Annotated[PartSpec, EMBEDDING_SCALE] = part(EMBEDDING_SCALE, "sqrt_dmodel")

@@ -12,8 +12,9 @@ import statistics
 
 import pandas as pd
 
+from ablate.record import BucketScore
 from ablate.report.frame import mean_of, significant_mean
-from ablate.report.results import ExperimentResults, JobRecord
+from ablate.report.results import ExperimentResults, JobRecord, bleus
 
 # Shown only when --columns names them, with `BLEU <bucket>` for each source-length bucket (`BLEU 31+`)
 OPTIONAL = ["grad norm init", "entropy end", "max logit end", "logits norm end"]
@@ -23,12 +24,24 @@ def by_length(jobs: list[JobRecord], split: str | None) -> dict[str, list[float]
     """Source-length bucket (`1-10`, `31+`) -> the BLEU of each completed seed there, buckets in result.json's order."""
     out: dict[str, list[float]] = {}
     for job in jobs:
-        if job.ok:
-            for bucket, score in job.result.get("scores", {}).get(split, {}).get("by_length", {}).items():
-                scores = out.setdefault(bucket, [])
-                if score.get("bleu") is not None:  # an empty bucket has no score
-                    scores.append(score["bleu"])
+        score = job.result.scores.get(split) if job.ok else None
+        if score is None or score.by_length is None:
+            continue
+        for bucket, in_bucket in score.by_length.items():
+            scores = out.setdefault(bucket, [])
+            if in_bucket.bleu is not None:  # an empty bucket has no score
+                scores.append(in_bucket.bleu)
     return out
+
+
+def bucket_sizes(exp: ExperimentResults, split: str | None) -> dict[str, BucketScore]:
+    """Source-length bucket -> its scores in the first completed job that has buckets (their `sentences`)."""
+    for jobs in exp.runs.values():
+        for job in jobs:
+            score = job.result.scores.get(split) if job.ok else None
+            if score is not None and score.by_length is not None:
+                return score.by_length
+    return {}
 
 
 def length_frame(exp: ExperimentResults) -> tuple[pd.DataFrame, list[str]] | None:
@@ -40,12 +53,10 @@ def length_frame(exp: ExperimentResults) -> tuple[pd.DataFrame, list[str]] | Non
         return None
     rows = []
     for run, jobs in exp.runs.items():
-        bleu = [j.result["scores"][split]["bleu"] for j in jobs if j.ok and split in j.result.get("scores", {})]
+        bleu = bleus(jobs, split)
         rows.append({"run": run, "n": len(bleu), "BLEU": mean_of(bleu)}
                     | {f"BLEU {label}": mean_of(buckets[run].get(label, [])) for label in labels})  # fmt: skip
-    sizes = next(j.result["scores"][split]["by_length"] for jobs in exp.runs.values() for j in jobs
-                 if j.ok and "by_length" in j.result["scores"].get(split, {}))  # fmt: skip
-    counts = ", ".join(f"{label} {score.get('sentences', '?')}" for label, score in sizes.items())
+    counts = ", ".join(f"{label} {score.sentences}" for label, score in bucket_sizes(exp, split).items())
     notes = [
         f"BLEU on {split} by source length in words (compare-mt's buckets), mean over the completed seeds; "
         f"each bucket's BLEU is over its sentences alone, so a small bucket's is noisy. Sentences: {counts}."

@@ -23,8 +23,9 @@ from typing import Any
 import pandas as pd
 
 from ablate.errors import UserError
+from ablate.record import BudgetPoint
 from ablate.report.frame import BUDGET_UNITS, Comparison, compare, mean_of
-from ablate.report.results import ExperimentResults, JobRecord
+from ablate.report.results import ExperimentResults, JobRecord, bleus
 from ablate.report.significance import (
     ALPHA,
     POWER_NOTE,
@@ -44,34 +45,28 @@ from ablate.rundir import (
     seed_dirs,
 )
 
-POINT_KEYS = ("status", "step", "epochs", "scores", "valid_loss", "valid_ppl", "averaged_steps",
-              "decode_sentences_per_s", "train_target_tokens", "train_flops", "error")  # fmt: skip
-
 
 def unit(exp: ExperimentResults) -> str | None:
     """The budget key (max_steps, ...) of the runs with budget points; None when no run has them."""
     for jobs in exp.runs.values():
         for job in jobs:
-            if job.result.get("budget_points") and len(job.result.get("budget") or {}) == 1:
-                return next(iter(job.result["budget"]))
+            if job.result.budget_points and len(job.result.budget or {}) == 1:
+                return next(iter(job.result.budget))
     return None
 
 
-def points_of(job: JobRecord, key: str | None) -> list[dict[str, Any]]:
+def points_of(job: JobRecord, key: str | None) -> list[BudgetPoint]:
     """A job's budget points; a run without them has one, its end, when its length is counted in `key` alone."""
-    if job.result.get("budget_points"):
-        return job.result["budget_points"]
-    limits = job.result.get("budget") or {}
-    if key is None or list(limits) != [key] or "status" not in job.result:
-        return []
-    return [{"budget": limits[key], "step": job.result.get("steps")} | {k: job.result[k] for k in POINT_KEYS
-                                                                         if k in job.result}]  # fmt: skip
+    if job.result.budget_points:
+        return job.result.budget_points
+    end = job.result.end_point(key) if key is not None else None
+    return [] if end is None else [end]
 
 
 def budgets(exp: ExperimentResults) -> list[float]:
     """The budget points any run of the experiment was scored at, in order (runs' ends among them)."""
     key = unit(exp)
-    return sorted({float(p["budget"]) for jobs in exp.runs.values() for j in jobs for p in points_of(j, key)})
+    return sorted({float(p.budget) for jobs in exp.runs.values() for j in jobs for p in points_of(j, key)})
 
 
 def at_budget(exp: ExperimentResults, budget: float) -> ExperimentResults:
@@ -80,22 +75,16 @@ def at_budget(exp: ExperimentResults, budget: float) -> ExperimentResults:
     A run without budget points counts when its end is at `budget`: a 500-step run beside a run with a point at 500.
     """
     out = ExperimentResults(exp.name, exp.directory)
-    key = unit(exp) or next((next(iter(j.result["budget"])) for jobs in exp.runs.values() for j in jobs
-                             if len(j.result.get("budget") or {}) == 1), None)  # fmt: skip
+    key = unit(exp) or next((next(iter(j.result.budget)) for jobs in exp.runs.values() for j in jobs
+                             if len(j.result.budget or {}) == 1), None)  # fmt: skip
     for run, jobs in exp.runs.items():
         for job in jobs:
             points = points_of(job, key)
-            point = next((p for p in points if float(p["budget"]) == float(budget)), None)
+            point = next((p for p in points if float(p.budget) == float(budget)), None)
             if point is None:
                 continue
             directory = job.directory if point is points[-1] else budget_dir(job.directory, budget)
-            result = {k: v for k, v in job.result.items() if k not in POINT_KEYS} | {
-                k: point[k] for k in POINT_KEYS if k in point
-            }
-            result["steps"] = point.get("step")
-            if key is not None:
-                result["budget"] = {key: point["budget"]}
-            out.runs.setdefault(run, []).append(JobRecord(directory, result, job.config))
+            out.runs.setdefault(run, []).append(JobRecord(directory, job.result.at(point, key), job.config))
     if not any(out.runs.values()):
         known = ", ".join(budget_name(b) for b in budgets(exp)) or "none: no run set evaluation.budgets"
         raise UserError(f"--at-budget {budget_name(budget)}: {exp.directory} has no run scored at that budget "
@@ -128,8 +117,8 @@ def budget_table(exp: ExperimentResults) -> Budgets | None:
     for b, view in views.items():
         comparison = compare(view, split, "bs", p_values=False) if split else Comparison()
         for run, jobs in view.runs.items():
-            bleu = _bleu(jobs, split)
-            reference = _bleu(view.runs.get(view.reference(run), []), split)
+            bleu = bleus(jobs, split)
+            reference = bleus(view.runs.get(view.reference(run), []), split)
             interval = comparison.intervals.get(run)
             if interval is not None:
                 intervals[(run, b)] = interval
@@ -144,7 +133,7 @@ def budget_table(exp: ExperimentResults) -> Budgets | None:
                 "ΔBLEU hi": None if interval is None else round(interval.high, 2),
                 "Holm": None,
                 "seeds for 80%": seeds_for(interval, spread),
-                "valid loss": mean_of([j.result["valid_loss"] for j in jobs if j.ok and "valid_loss" in j.result], 3),
+                "valid loss": mean_of([loss for j in jobs if j.ok and (loss := j.result.valid_loss) is not None], 3),
             })  # fmt: skip
     order = list(exp.runs)
     rows.sort(key=lambda r: (order.index(r["run"]), float(r["budget"])))  # a run's points together, in order
@@ -174,10 +163,6 @@ def budget_table(exp: ExperimentResults) -> Budgets | None:
     verdict_lines = verdicts(exp, intervals, points)
     counted = BUDGET_UNITS.get(unit(exp) or "", "")
     return Budgets(points, counted, frame, notes, agreement, agreement_notes, verdict_lines, intervals)
-
-
-def _bleu(jobs: list[JobRecord], split: str | None) -> list[float]:
-    return [j.result["scores"][split]["bleu"] for j in jobs if split and j.ok and split in j.result.get("scores", {})]
 
 
 def holm(intervals: dict[tuple[str, float], Interval], alpha: float = ALPHA) -> set[tuple[str, float]]:
@@ -216,7 +201,7 @@ def rank_agreement(exp: ExperimentResults, views: dict[float, ExperimentResults]
     """
     from scipy.stats import kendalltau
 
-    means = {b: {run: mean_of(_bleu(jobs, split), 4) for run, jobs in v.runs.items()} for b, v in views.items()}
+    means = {b: {run: mean_of(bleus(jobs, split), 4) for run, jobs in v.runs.items()} for b, v in views.items()}
     seeds = {b: _by_seed(v, split) for b, v in views.items()}
     points = list(views)
     pairs = [*itertools.pairwise(points), *([(points[0], points[-1])] if len(points) > 2 else [])]
@@ -250,8 +235,8 @@ def _by_seed(view: ExperimentResults, split: str | None) -> dict[int, dict[str, 
     by_seed: dict[int, dict[str, float]] = {}
     for run, jobs in view.runs.items():
         for j in jobs:
-            if split and j.ok and split in j.result.get("scores", {}):
-                by_seed.setdefault(j.result["seed"], {})[run] = j.result["scores"][split]["bleu"]
+            if j.ok and (bleu := j.result.bleu(split)) is not None:
+                by_seed.setdefault(j.result.seed, {})[run] = bleu
     return by_seed
 
 
@@ -334,19 +319,20 @@ def reproduction(exp: ExperimentResults, root: Path) -> tuple[pd.DataFrame, list
     rows = []
     for run, jobs in exp.runs.items():
         for job in jobs:
-            for point in job.result.get("budget_points", []):
-                other = next((finished[h] for h in _alone_hashes(job, key, point["budget"]) if h in finished), None)
-                if other is None or other == job.directory or split not in point.get("scores", {}):
+            for point in job.result.budget_points or []:
+                other = next((finished[h] for h in _alone_hashes(job, key, point.budget) if h in finished), None)
+                if other is None or other == job.directory or split not in point.scores:
                     continue
                 rows.append(_reproduced(run, job, point, other, split))
     if not rows:
         return None
     notes = [
         "Each budget point against a finished run trained to that budget alone, with the same spec and seed "
-        "(found under the results root by its config hash; a spec that pins the precision also finds a run "
-        "whose `precision: auto` resolved to it). Same machine (CPU model and ISA, threads, precision, torch): "
-        "training is deterministic, so the hypotheses must be identical. Another machine, or a GPU, whose "
-        "kernels are not bit-deterministic: the run diverges like another seed, so its BLEU must lie within "
+        "(found under the results root by its config hash; a spec that pins the precision also finds the "
+        "same spec with `precision: auto`, whatever that resolved to). Same machine (CPU model and ISA, "
+        "threads, precision, torch): training is deterministic, so the hypotheses must be identical. Another "
+        "machine, another precision, or a GPU, whose kernels are not bit-deterministic: the run diverges like "
+        "another seed, so its BLEU must lie within "
         "the 95% prediction interval of the other run's seeds. Each such row is judged at 95%, so about 1 row "
         "in 20 that does reproduce reads OUTSIDE by chance alone."
     ]
@@ -355,7 +341,8 @@ def reproduction(exp: ExperimentResults, root: Path) -> tuple[pd.DataFrame, list
 
 def _alone_hashes(job: JobRecord, key: str, budget: float) -> list[str]:
     """The config hashes a run trained to `budget` alone would have: the job's spec with that length and no
-    budget points; where the spec pins the precision, also the same spec with `precision: auto`."""
+    budget points; where the spec pins the precision, also the same spec with `precision: auto`, whatever that
+    resolved to (where it became another precision, `_reproduced` judges the run by seed spread)."""
     alone = copy.deepcopy(job.config)
     alone["training"][key] = int(budget) if key == "max_steps" else budget
     alone.get("evaluation", {}).pop("budgets", None)
@@ -366,26 +353,26 @@ def _alone_hashes(job: JobRecord, key: str, budget: float) -> list[str]:
     return hashes
 
 
-def _reproduced(run: str, job: JobRecord, point: dict[str, Any], other: Path, split: str) -> dict[str, Any]:
+def _reproduced(run: str, job: JobRecord, point: BudgetPoint, other: Path, split: str) -> dict[str, Any]:
     from scipy.stats import t
 
-    theirs = read_result(other) or {}
-    bleu, their_bleu = point["scores"][split]["bleu"], theirs.get("scores", {}).get(split, {}).get("bleu")
+    ours, theirs = job.result, read_result(other)
+    bleu, their_bleu = point.bleu(split), theirs.bleu(split) if theirs else None
     # CPU kernels alone are deterministic, on one device name (model, ISA, threads), precision and torch
-    same = bool(job.result.get("device")) and job.result.get("gpus") == theirs.get("gpus") == 0
-    same = same and all(job.result.get(k) == theirs.get(k) for k in ("device", "precision", "torch"))
+    same = theirs is not None and bool(ours.device) and ours.gpus == theirs.gpus == 0
+    same = same and all(getattr(ours, k) == getattr(theirs, k) for k in ("device", "precision", "torch"))
     where = str(other.relative_to(other.parents[3]))  # <experiment>/runs/<run>/seed-<n>
-    row = {"run": run, "seed": job.result.get("seed"), "budget": budget_name(point["budget"]),
+    row = {"run": run, "seed": ours.seed, "budget": budget_name(point.budget),
            "trained alone as": where, "BLEU": bleu, "BLEU alone": their_bleu}  # fmt: skip
     if same:
-        end = point is job.result["budget_points"][-1]
-        mine = read_hypotheses(job.directory, split, None if end else point["budget"])
+        end = point is ours.budget_points[-1]  # the run's end: its hypotheses are the run's own
+        mine = read_hypotheses(job.directory, split, None if end else point.budget)
         alone = read_hypotheses(other, split)
         differing = sum(a != b for a, b in zip(mine or [], alone or [], strict=False))
         verdict_text = "identical" if mine == alone and mine is not None else f"DIFFERENT: {differing} sentences"
         return row | {"machine": "same: exact", "verdict": verdict_text}
-    seeds = [r["scores"][split]["bleu"] for r in map(read_result, seed_dirs(other.parent))
-             if r and r.get("status") == "completed" and split in r.get("scores", {})]  # fmt: skip
+    their_seeds = [r for r in map(read_result, seed_dirs(other.parent)) if r and r.ok]
+    seeds = [b for r in their_seeds if (b := r.bleu(split)) is not None]
     if len(seeds) < 2:
         return row | {"machine": "other", "verdict": "not judged: the other run has one seed, no spread"}
     n, mean, sd = len(seeds), statistics.fmean(seeds), statistics.stdev(seeds)

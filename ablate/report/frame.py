@@ -8,14 +8,16 @@ ablate.report.tables renders it (terminal, md, csv, latex, html).
 from __future__ import annotations
 
 import statistics
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pandas as pd
 
 from ablate.errors import UserError, did_you_mean
-from ablate.report.results import ExperimentResults, JobRecord, references
+from ablate.record import Status
+from ablate.report.results import ExperimentResults, JobRecord, bleus, references
 from ablate.report.significance import POWER_NOTE, Interval, lacks_spread, no_spread_note, pooled_sd, seeds_for
 
 COLUMNS = ["run", "differs", "params", "BLEU", "BLEU std", "n", "ΔBLEU", "ΔBLEU lo", "ΔBLEU hi", "CI over", "p",
@@ -24,6 +26,7 @@ COLUMNS = ["run", "differs", "params", "BLEU", "BLEU std", "n", "ΔBLEU", "ΔBLE
            "GFLOP/tgt tok", "train PFLOP", "TFLOP/s", "MFU", "budget", "peak MiB", "wall s", "device", "GPUs",
            "GPU ids", "cores", "core share", "precision", "status", "note"]  # fmt: skip
 HIGHER_IS_BETTER = {"BLEU", "ΔBLEU", "chrF", "train tok/s", "tok/s vs baseline", "decode sent/s", "n"}
+T = TypeVar("T")
 
 
 @dataclass
@@ -83,13 +86,11 @@ def compare(exp: ExperimentResults, split: str, test: str, p_values: bool = True
         if run == reference or not done or not base:
             continue
         out.intervals[run] = delta_interval(stats(base), stats(done), score)
-        by_seed = {j.result["seed"]: j for j in base}
-        paired = [j for j in done if j.result["seed"] in by_seed]
+        by_seed = {j.result.seed: j for j in base}
+        paired = [j for j in done if j.result.seed in by_seed]
         if paired:
-            key = (reference, *(j.result["seed"] for j in paired))
-            group = tests.setdefault(
-                key, ([h for j in paired for h in by_seed[j.result["seed"]].hypotheses(split)], {})
-            )
+            key = (reference, *(j.result.seed for j in paired))
+            group = tests.setdefault(key, ([h for j in paired for h in by_seed[j.result.seed].hypotheses(split)], {}))
             group[1][run] = [h for j in paired for h in j.hypotheses(split)]
     for key, (base_lines, systems) in tests.items() if p_values else ():  # one per reference and set of seeds
         out.p |= paired_test(base_lines, systems, refs * (len(key) - 1), lowercase, test)
@@ -104,64 +105,87 @@ def report_frame(exp: ExperimentResults, test: str = "bs") -> tuple[pd.DataFrame
     """One row a run (numbers for csv), and notes to print under the table."""
     split = exp.split()
     comparison = compare(exp, split, test) if split else Comparison()
-    notes = list(comparison.notes)
-
-    def bleu_of(jobs: list[JobRecord]) -> list[float]:
-        return [j.result["scores"][split]["bleu"] for j in jobs if j.ok and split in j.result.get("scores", {})]
-
-    def speed(jobs: list[JobRecord]) -> float | None:
-        rates = [j.result["train_src_tokens_per_s"] + j.result["train_tgt_tokens_per_s"] for j in jobs
-                 if "train_src_tokens_per_s" in j.result]  # fmt: skip
-        return mean_of(rates, 0)
-
     rows, no_spread = [], []
     for run, jobs in exp.runs.items():
         reference = exp.runs.get(exp.reference(run), [])
-        base_bleu, base_speed = mean_of(bleu_of(reference)), speed(reference)
-        ok = [j for j in jobs if j.ok]
-        bleu = bleu_of(jobs)
-        mean = mean_of(bleu)
-        rate = speed(jobs)
-        decode = [j.result["decode_sentences_per_s"] for j in ok if "decode_sentences_per_s" in j.result]
-        interval, spread = comparison.intervals.get(run), pooled_sd(bleu, bleu_of(reference))
-        if lacks_spread(interval, spread):
+        spread = pooled_sd(bleus(jobs, split), bleus(reference, split))
+        if lacks_spread(comparison.intervals.get(run), spread):
             no_spread.append(run)
-        rows.append({
-            "run": run, "differs": jobs[0].result.get("describe", "-"), "params": jobs[0].result.get("params"),
-            "BLEU": mean, "BLEU std": round(statistics.stdev(bleu), 2) if len(bleu) > 1 else None, "n": len(bleu),
-            "ΔBLEU": None if mean is None or base_bleu is None or run == exp.reference(run)
-            else round(mean - base_bleu, 2),
-            "ΔBLEU lo": _rounded(comparison.intervals.get(run), "low"),
-            "ΔBLEU hi": _rounded(comparison.intervals.get(run), "high"),
-            "CI over": _covers(comparison.intervals.get(run)), "p": comparison.p.get(run),
-            "seeds for 80%": seeds_for(interval, spread),
-            "chrF": mean_of([j.result["scores"][split]["chrf"] for j in ok if split in j.result.get("scores", {})]),
-            "len ratio": comparison.length_ratio.get(run),
-            "valid loss": mean_of([j.result["valid_loss"] for j in ok if "valid_loss" in j.result], 3),
-            "valid ppl": mean_of([j.result["valid_ppl"] for j in ok if "valid_ppl" in j.result]),
-            "train tok/s": rate, "tok/s vs baseline": round(rate / base_speed, 2) if rate and base_speed else None,
-            "decode sent/s": mean_of(decode, 1),
-            "GFLOP/tgt tok": significant_mean([j.result.get("gflop_per_target_token") for j in jobs]),
-            "train PFLOP": significant_mean([j.result["train_flops"] / 1e15 for j in jobs
-                                             if "train_flops" in j.result]),
-            "TFLOP/s": significant_mean([j.result.get("train_tflops_per_s") for j in jobs]),
-            "MFU": significant_mean([j.result.get("mfu") for j in jobs]),
-            "budget": ", ".join(dict.fromkeys(_budget(j.result["budget"]) for j in jobs if j.result.get("budget")))
-            or None,
-            "peak MiB": mean_of([j.result["peak_memory_mib"] for j in jobs if "peak_memory_mib" in j.result], 1),
-            "wall s": mean_of([j.result["wall_seconds"] for j in jobs if "wall_seconds" in j.result], 1),
-            "device": ", ".join(dict.fromkeys(j.result["device"] for j in jobs if "device" in j.result)) or None,
-            "GPUs": max((j.result.get("gpus", 0) for j in jobs), default=0),
-            "GPU ids": " / ".join(",".join(map(str, j.result["gpu_ids"])) for j in jobs if j.result.get("gpu_ids"))
-            or None,
-            "cores": " / ".join(_cores(j.result["cpu_ids"]) for j in jobs if j.result.get("cpu_ids")) or None,
-            "core share": min((j.result["core_share"] for j in jobs if j.result.get("core_share") is not None),
-                              default=None),
-            "precision": ", ".join(dict.fromkeys(j.result["precision"] for j in jobs if "precision" in j.result))
-            or None,
-            "status": _status([j.result.get("status", "?") for j in jobs]),
-            "note": "; ".join(dict.fromkeys(j.result["note"] for j in jobs if j.result.get("note"))) or None,
-        })  # fmt: skip
+        rows.append({"run": run, **_scores(jobs, reference, split, run == exp.reference(run)),
+                     **_against(comparison, run, spread), **_costs(jobs, reference), **_machine(jobs)})  # fmt: skip
+    frame = _drop_empty(pd.DataFrame(rows, columns=COLUMNS, dtype=object), comparison, test)
+    return frame, _notes(exp, split, comparison, test, rows, no_spread)
+
+
+def _scores(jobs: list[JobRecord], reference: list[JobRecord], split: str | None, is_reference: bool) -> dict[str, Any]:
+    """A run's scores over its seeds: BLEU and its difference from the reference run's, chrF, validation loss."""
+    ok = [j.result for j in jobs if j.ok]
+    bleu, base = bleus(jobs, split), mean_of(bleus(reference, split))
+    mean = mean_of(bleu)
+    return {
+        "differs": jobs[0].result.describe, "params": jobs[0].result.params,
+        "BLEU": mean, "BLEU std": round(statistics.stdev(bleu), 2) if len(bleu) > 1 else None, "n": len(bleu),
+        "ΔBLEU": None if mean is None or base is None or is_reference else round(mean - base, 2),
+        "chrF": mean_of([r.scores[split].chrf for r in ok if split in r.scores]),
+        "valid loss": mean_of(_present(r.valid_loss for r in ok), 3),
+        "valid ppl": mean_of(_present(r.valid_ppl for r in ok)),
+    }  # fmt: skip
+
+
+def _against(comparison: Comparison, run: str, spread: float | None) -> dict[str, Any]:
+    """A run against its reference: the ΔBLEU interval, the p-value, the seeds to resolve it, the length ratio."""
+    interval = comparison.intervals.get(run)
+    return {"ΔBLEU lo": _rounded(interval, "low"), "ΔBLEU hi": _rounded(interval, "high"), "CI over": _covers(interval),
+            "p": comparison.p.get(run), "seeds for 80%": seeds_for(interval, spread),
+            "len ratio": comparison.length_ratio.get(run)}  # fmt: skip
+
+
+def _costs(jobs: list[JobRecord], reference: list[JobRecord]) -> dict[str, Any]:
+    """What a run cost: speed (against its reference's), FLOPs, its length limit, memory and wall time."""
+    results = [j.result for j in jobs]
+    rate, base_rate = _speed(jobs), _speed(reference)
+    return {
+        "train tok/s": rate, "tok/s vs baseline": round(rate / base_rate, 2) if rate and base_rate else None,
+        "decode sent/s": mean_of(_present(j.result.decode_sentences_per_s for j in jobs if j.ok), 1),
+        "GFLOP/tgt tok": significant_mean([r.gflop_per_target_token for r in results]),
+        "train PFLOP": significant_mean([r.train_flops / 1e15 for r in results if r.train_flops is not None]),
+        "TFLOP/s": significant_mean([r.train_tflops_per_s for r in results]),
+        "MFU": significant_mean([r.mfu for r in results]),
+        "budget": ", ".join(dict.fromkeys(_budget(r.budget) for r in results if r.budget)) or None,
+        "peak MiB": mean_of(_present(r.peak_memory_mib for r in results), 1),
+        "wall s": mean_of(_present(r.wall_seconds for r in results), 1),
+    }  # fmt: skip
+
+
+def _speed(jobs: list[JobRecord]) -> float | None:
+    """Training tokens a second, source and target, the mean over the seeds that measured it."""
+    return mean_of(_present(j.result.train_tokens_per_s for j in jobs), 0)
+
+
+def _machine(jobs: list[JobRecord]) -> dict[str, Any]:
+    """Where a run's seeds trained and how they ended."""
+    results = [j.result for j in jobs]
+    return {
+        "device": ", ".join(dict.fromkeys(_present(r.device for r in results))) or None,
+        "GPUs": max((r.gpus or 0 for r in results), default=0),
+        "GPU ids": " / ".join(",".join(map(str, r.gpu_ids)) for r in results if r.gpu_ids) or None,
+        "cores": " / ".join(_cores(r.cpu_ids) for r in results if r.cpu_ids) or None,
+        "core share": min(_present(r.core_share for r in results), default=None),
+        "precision": ", ".join(dict.fromkeys(_present(r.precision for r in results))) or None,
+        "status": _status([r.status for r in results]),
+        "note": "; ".join(dict.fromkeys(r.note for r in results if r.note)) or None,
+    }
+
+
+def _present(values: Iterable[T | None]) -> list[T]:
+    """The values a record holds: a field it lacks (an earlier ablate, a failed run) is None."""
+    return [v for v in values if v is not None]
+
+
+def _notes(exp: ExperimentResults, split: str | None, comparison: Comparison, test: str, rows: list[dict[str, Any]],
+           no_spread: list[str]) -> list[str]:  # fmt: skip
+    """What the table's figures mean and cover: the scorer, the interval and the test, the machines."""
+    notes = list(comparison.notes)
     if split:
         notes.insert(0, f"BLEU and chrF on {split}: {_signature(exp, split)}")
     notes += explanations(comparison, test)
@@ -169,7 +193,7 @@ def report_frame(exp: ExperimentResults, test: str = "bs") -> tuple[pd.DataFrame
         notes.append(POWER_NOTE)
     if no_spread:
         notes.append(no_spread_note(no_spread))
-    devices = {j.result["device"]: None for jobs in exp.runs.values() for j in jobs if "device" in j.result}
+    devices = dict.fromkeys(_present(j.result.device for jobs in exp.runs.values() for j in jobs))
     if len(devices) > 1:
         notes.append(f"The runs trained on {len(devices)} different devices ({'; '.join(devices)}): train tok/s, "
                      "tok/s vs baseline, decode sent/s, TFLOP/s, MFU and wall s compare those as well as the "
@@ -181,7 +205,11 @@ def report_frame(exp: ExperimentResults, test: str = "bs") -> tuple[pd.DataFrame
             "lowest over its seeds), so its train tok/s, tok/s vs baseline, decode sent/s, TFLOP/s, MFU "
             "and wall s measure a busy machine, not the run; compare speeds only between rows without †."
         )
-    frame = pd.DataFrame(rows, columns=COLUMNS, dtype=object)
+    return notes
+
+
+def _drop_empty(frame: pd.DataFrame, comparison: Comparison, test: str) -> pd.DataFrame:
+    """The table without the columns no row has a value in, and those of comparisons not made."""
     for optional in ("note", "GPU ids", "cores", "core share", "GFLOP/tgt tok", "train PFLOP", "TFLOP/s", "MFU",
                      "budget", "seeds for 80%"):  # fmt: skip
         # a re-run after a spec change, GPUs handed out, results from before FLOPs were counted: else no column
@@ -193,7 +221,7 @@ def report_frame(exp: ExperimentResults, test: str = "bs") -> tuple[pd.DataFrame
         frame = frame.drop(columns=["ΔBLEU lo", "ΔBLEU hi", "CI over"])
     if test == "none":
         frame = frame.drop(columns="p")
-    return frame, notes
+    return frame
 
 
 BUSY = 0.9  # a run whose cores gave it less than this share of their time did not have them to itself
@@ -260,7 +288,7 @@ def explanations(comparison: Comparison, test: str) -> list[str]:
     return notes
 
 
-def _status(statuses: list[str]) -> str:
+def _status(statuses: list[Status]) -> str:
     """`completed`, or `2 completed, 1 diverged` when the seeds of a run ended differently."""
     if len(set(statuses)) == 1:
         return str(statuses[0])
@@ -270,8 +298,8 @@ def _status(statuses: list[str]) -> str:
 def _signature(exp: ExperimentResults, split: str) -> str:
     for jobs in exp.runs.values():
         for j in jobs:
-            if j.ok and split in j.result.get("scores", {}):
-                return j.result["scores"][split].get("bleu_signature", "?")
+            if j.ok and split in j.result.scores:
+                return j.result.scores[split].bleu_signature
     return "?"
 
 

@@ -88,7 +88,7 @@ def cards(exp: ExperimentResults) -> str:
     lines = [f"# Run cards: {exp.name}", "", "Where each run departs from the paper's base model "
              "(Vaswani et al. 2017); anything not listed is as in the paper.", ""]  # fmt: skip
     for run, jobs in exp.runs.items():
-        lines.append(f"## {run}" + (f" ({jobs[0].result.get('describe')})" if run != "baseline" else ""))
+        lines.append(f"## {run}" + (f" ({jobs[0].result.describe})" if run != "baseline" else ""))
         lines.append("")
         lines += [f"- `{key}`: {this} (paper: {paper}, {where})" for key, paper, this, where in
                   paper_differences(jobs[0].config)] or ["- nothing: this is the paper's base model"]  # fmt: skip

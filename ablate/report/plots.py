@@ -13,11 +13,12 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from ablate.report.breakdown import by_length
+from ablate.record import Status
+from ablate.report.breakdown import bucket_sizes, by_length
 from ablate.report.budgets import Budgets
 from ablate.report.diagnostic_plots import attention, gradient_norms, norms
 from ablate.report.figures import mean_band, save_figure
-from ablate.report.results import ExperimentResults, JobRecord
+from ablate.report.results import ExperimentResults, JobRecord, bleus
 from ablate.report.significance import Interval
 
 SMOOTHING = 50  # the training loss is averaged (EMA) over 1/SMOOTHING of the run's steps
@@ -196,7 +197,7 @@ def bleu_bars(exp: ExperimentResults, colors: dict[str, str], directory: Path) -
     split = exp.split()
     bars = []
     for run, jobs in exp.runs.items():
-        bleu = [j.result["scores"][split]["bleu"] for j in jobs if split and j.ok and split in j.result["scores"]]
+        bleu = bleus(jobs, split)
         if bleu:
             bars.append((run, statistics.fmean(bleu), statistics.stdev(bleu) if len(bleu) > 1 else 0.0, len(bleu)))
     if not bars:
@@ -237,7 +238,7 @@ def learning_rates(exp: ExperimentResults, colors: dict[str, str], directory: Pa
             ax.fill_between(xs, [min(v) for _, v, _ in scored], [max(v) for _, v, _ in scored],
                             color=line.get_color(), alpha=0.2)  # fmt: skip
         for lr, v, p in scored:
-            if any(j.result.get("status") == "diverged" for j in p.jobs):
+            if any(j.result.status == Status.DIVERGED for j in p.jobs):
                 ax.plot([lr], [max(v)], marker="x", markersize=10, color=line.get_color())
     ax.set_xscale("log")
     ax.set_xlabel("peak learning rate")
@@ -257,8 +258,7 @@ def lengths(exp: ExperimentResults, colors: dict[str, str], directory: Path) -> 
     if not scores:
         return []
     labels = list(dict.fromkeys(label for buckets in scores.values() for label in buckets))
-    sizes = next((j.result["scores"][split]["by_length"] for jobs in exp.runs.values() for j in jobs
-                  if j.ok and "by_length" in j.result["scores"].get(split, {})), {})  # fmt: skip
+    sizes = bucket_sizes(exp, split)
     fig, ax = plt.subplots(figsize=(max(5.0, 1.2 * len(labels) + 2), 4.5))
     for run, buckets in scores.items():
         scored = {label: v for label, v in buckets.items() if v}  # an empty bucket has no BLEU: no point
@@ -267,9 +267,8 @@ def lengths(exp: ExperimentResults, colors: dict[str, str], directory: Path) -> 
         if any(len(v) > 1 for v in values):
             ax.fill_between(xs, list(map(min, values)), list(map(max, values)), color=colors[run], alpha=0.2,
                             linewidth=0)  # fmt: skip
-    ax.set_xticks(range(len(labels)),
-                  [f"{label}\n{sizes[label]['sentences']} sent." if "sentences" in sizes.get(label, {}) else label
-                   for label in labels])  # fmt: skip
+    ticks = [f"{label}\n{sizes[label].sentences} sent." if label in sizes else label for label in labels]
+    ax.set_xticks(range(len(labels)), ticks)
     ax.set_xlabel("source length (words)")
     ax.set_ylabel(f"BLEU, {split}")
     ax.set_title(f"{exp.name}: BLEU by source length (lines: mean over seeds; bands: min to max)", fontsize="small")

@@ -14,8 +14,8 @@ import pandas as pd
 import yaml
 
 from ablate.errors import UserError
-from ablate.files import read_json
-from ablate.rundir import CONFIG, RESULT, Status, read_diagnostics, read_hypotheses, read_metrics, seed_dirs
+from ablate.record import RunResult
+from ablate.rundir import CONFIG, RESULT, read_diagnostics, read_hypotheses, read_metrics, read_result, seed_dirs
 
 
 @dataclass
@@ -23,13 +23,13 @@ class JobRecord:
     """One job's files: what it measured, its resolved spec, where its logs are."""
 
     directory: Path
-    result: dict[str, Any]
+    result: RunResult
     config: dict[str, Any]
     _hypotheses: dict[str, list[str] | None] = field(default_factory=dict, repr=False)
 
     @property
     def ok(self) -> bool:
-        return self.result.get("status") == Status.COMPLETED
+        return self.result.ok
 
     def hypotheses(self, split: str) -> list[str] | None:
         """The split's translations, read once (the report compares a job with several others)."""
@@ -56,10 +56,10 @@ class ExperimentResults:
 
     def reference(self, run: str) -> str:
         """The run a row is compared with: the baseline; in a learning-rate sweep, the baseline at the same rate."""
-        lr = next((j.result["lr"] for j in self.runs.get(run, []) if j.result.get("lr") is not None), None)
+        lr = next((j.result.lr for j in self.runs.get(run, []) if j.result.lr is not None), None)
         if lr is not None:
             for name, jobs in self.runs.items():
-                if any(j.result.get("arm") == "baseline" and j.result.get("lr") == lr for j in jobs):
+                if any(j.result.arm == "baseline" and j.result.lr == lr for j in jobs):
                     return name
         return "baseline"
 
@@ -67,16 +67,21 @@ class ExperimentResults:
         """The test split the table reports: the first the baseline (or any run) was scored on."""
         for jobs in [self.baseline, *self.runs.values()]:
             for job in jobs:
-                if job.result.get("scores"):
-                    return next(iter(job.result["scores"]))
+                if job.result.scores:
+                    return next(iter(job.result.scores))
         return None
 
 
-def from_records(name: str, directory: Path, records: list[dict[str, Any]]) -> ExperimentResults:
+def bleus(jobs: list[JobRecord], split: str | None) -> list[float]:
+    """The split's BLEU of each completed job that scored it."""
+    return [bleu for j in jobs if j.ok and (bleu := j.result.bleu(split)) is not None]
+
+
+def from_records(name: str, directory: Path, records: list[RunResult]) -> ExperimentResults:
     """Results a sweep holds in memory (one record a job, the baseline's first), as if read from files."""
     exp = ExperimentResults(name, directory)
     for record in records:
-        exp.runs.setdefault(record["run"], []).append(JobRecord(directory, record, {}))
+        exp.runs.setdefault(record.run, []).append(JobRecord(directory, record, {}))
     return exp
 
 
@@ -99,15 +104,17 @@ def load_results(directory: Path) -> ExperimentResults:
         for seed_dir in seed_dirs(run_dir):
             if not (seed_dir / RESULT).is_file():
                 continue
+            result = read_result(seed_dir)  # a record that does not validate: a SpecError naming the field
+            if result is None:
+                raise UserError(f"{seed_dir}: unreadable result: {RESULT} cannot be read as JSON")
             try:
-                result = read_json(seed_dir / RESULT)
                 config = yaml.safe_load((seed_dir / CONFIG).read_text(encoding="utf-8")) or {}
             except (OSError, ValueError, yaml.YAMLError) as error:
                 raise UserError(f"{seed_dir}: unreadable result: {error}") from None
             runs.setdefault(run_dir.name, []).append(JobRecord(seed_dir, result, config))
     order = ["baseline", *_summary_order(directory)]
     ranked = sorted(runs, key=lambda r: (order.index(r) if r in order else len(order), r))
-    name = next((jobs[0].result.get("experiment") for jobs in runs.values() if jobs), None) or directory.name
+    name = next((jobs[0].result.experiment for jobs in runs.values() if jobs), None) or directory.name
     return ExperimentResults(name, directory, {r: runs[r] for r in ranked})
 
 

@@ -21,9 +21,9 @@ from dataclasses import dataclass
 
 import pandas as pd
 
+from ablate.record import Status
 from ablate.report.frame import mean_of
-from ablate.report.results import ExperimentResults, JobRecord
-from ablate.rundir import Status
+from ablate.report.results import ExperimentResults, JobRecord, bleus
 
 COLUMNS = ["run", "best lr", "BLEU at best lr", "n", "valid loss at best lr", "sensitivity", "rates", "diverged at"]
 
@@ -38,8 +38,8 @@ class Point:
     def losses(self) -> list[float]:
         out = []
         for job in self.jobs:
-            cap = job.result.get("init_valid_loss")
-            loss = job.result.get("valid_loss") if job.result.get("status") == Status.COMPLETED else None
+            cap = job.result.init_valid_loss
+            loss = job.result.valid_loss if job.ok else None
             if loss is None or not math.isfinite(loss):
                 loss = cap  # diverged, or no loss: as bad as the untrained model
             if loss is not None and cap is not None:
@@ -54,7 +54,7 @@ class Point:
 
 
 def swept(exp: ExperimentResults) -> bool:
-    return any(j.result.get("lr") is not None for jobs in exp.runs.values() for j in jobs)
+    return any(j.result.lr is not None for jobs in exp.runs.values() for j in jobs)
 
 
 def arms(exp: ExperimentResults) -> dict[str, list[Point]]:
@@ -62,9 +62,9 @@ def arms(exp: ExperimentResults) -> dict[str, list[Point]]:
     out: dict[str, dict[float, list[JobRecord]]] = {}
     for jobs in exp.runs.values():
         for job in jobs:
-            if job.result.get("lr") is not None:
-                arm = out.setdefault(job.result.get("arm") or job.result["run"], {})
-                arm.setdefault(float(job.result["lr"]), []).append(job)
+            if job.result.lr is not None:
+                arm = out.setdefault(job.result.arm or job.result.run, {})
+                arm.setdefault(float(job.result.lr), []).append(job)
     ordered = sorted(out, key=lambda a: (a != "baseline", list(out).index(a)))
     return {arm: [Point(lr, out[arm][lr]) for lr in sorted(out[arm])] for arm in ordered}
 
@@ -88,10 +88,9 @@ def sensitivity_frame(exp: ExperimentResults) -> tuple[pd.DataFrame, list[str]]:
     rows = []
     for arm, points in arms(exp).items():
         top = best(points)
-        bleu = [j.result["scores"][split]["bleu"] for j in (top.jobs if top else [])
-                if j.ok and split in j.result.get("scores", {})]  # fmt: skip
+        bleu = bleus(top.jobs if top else [], split)
         value = sensitivity(points)
-        diverged = [f"{p.lr:g}" for p in points if any(j.result.get("status") == Status.DIVERGED for j in p.jobs)]
+        diverged = [f"{p.lr:g}" for p in points if any(j.result.status == Status.DIVERGED for j in p.jobs)]
         rows.append({
             "run": arm, "best lr": top.lr if top else None, "BLEU at best lr": mean_of(bleu), "n": len(bleu),
             "valid loss at best lr": round(top.loss(), 3) if top else None,

@@ -25,8 +25,9 @@ from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, ValidationErro
 
 from ablate.config import flatten, show
 from ablate.errors import Issue, SpecError, dotted, issues_from, unknown_key
+from ablate.files import read_yaml
 from ablate.registry import PartSpec, load_plugin
-from ablate.sweep.specfile import apply_overrides, keys_of, merge, parse_overrides, read_yaml
+from ablate.sweep.specfile import apply_overrides, keys_of, merge, parse_overrides
 from ablate.train.schedules import SCHEDULE
 from ablate.train.spec import RunSpec
 

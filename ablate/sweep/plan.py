@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
 
-from ablate.rundir import FINISHED, RunLock, checkpoint_step, config_hash, finished_jobs, read_result, stored_hash
+from ablate.rundir import RunLock, checkpoint_step, config_hash, finished_jobs, read_result, stored_hash
 from ablate.sweep.experiment import Experiment, Run
 from ablate.train.job import Job
 
@@ -68,8 +68,9 @@ def plan(experiment: Experiment, results: Path, seeds: int | Sequence[int] | Non
     return out
 
 
-def job_of(experiment: Experiment, run: Run, seed: int, root: Path) -> Job:
-    """The job of one run with one seed, in root/runs/<run>/seed-<seed>."""
+def job_of(experiment: Experiment, run: Run, seed: int, root: Path, threads: int | None = None) -> Job:
+    """The job of one run with one seed, in root/runs/<run>/seed-<seed>; `threads` pins its CPU threads (a
+    reference of `ablate check` does), which its launcher otherwise chooses."""
     spec = run.spec.model_copy(update={"training": run.spec.training.model_copy(update={"seed": seed})})
     data = spec.model_dump(mode="json")
     return Job(
@@ -84,6 +85,7 @@ def job_of(experiment: Experiment, run: Run, seed: int, root: Path) -> Job:
         config_hash(data),
         arm=run.arm or run.name,
         lr=run.lr,
+        threads=threads,
     )
 
 
@@ -118,13 +120,13 @@ def classify(job: Job, fresh: bool) -> Planned:
         why = f"the spec changed since the earlier result (config {old} -> {job.config_hash})"
         return Planned(job, Action.RERUN, why)
     result = read_result(d)
-    if result is not None and result.get("status") in FINISHED:
-        return Planned(job, Action.SKIP, f"{result['status']} earlier")
+    if result is not None and result.finished:
+        return Planned(job, Action.SKIP, f"{result.status} earlier")
     step = checkpoint_step(d, job.config_hash)
     if step is not None:
         return Planned(job, Action.RESUME, f"resumes from step {step}")
     if result is not None:
-        return Planned(job, Action.RETRY, f"{result.get('status')} earlier: {result.get('error', '')}".rstrip(": "))
+        return Planned(job, Action.RETRY, f"{result.status} earlier: {result.error or ''}".rstrip(": "))
     return Planned(job, Action.RUN)
 
 

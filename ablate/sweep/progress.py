@@ -15,6 +15,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextC
 from rich.progress import TimeRemainingColumn as Remaining
 from rich.table import Column
 
+from ablate.record import RunResult
 from ablate.rundir import MetricsTail
 from ablate.train.job import Job
 
@@ -149,7 +150,7 @@ class SweepView:
                 where = "queued" if active.waiting is not None else f"step {active.step}{of}"
                 self.say(f"  {active.job.label}: {where}  {active.info()}")
 
-    def finished(self, job: Job, result: dict[str, Any]) -> None:
+    def finished(self, job: Job, result: RunResult) -> None:
         active = self.active.pop(job.label, None)
         self.done += 1
         if active is not None:
@@ -159,11 +160,10 @@ class SweepView:
             if active is not None:
                 self.progress.remove_task(active.task)
             self.progress.update(self.overall, completed=self._steps_done(), info=self._runs())
-        scores = result.get("scores") or {}
-        bleu = "  ".join(f"{split} BLEU {s['bleu']:.2f}" for split, s in scores.items())
-        error = f": {result['error']}" if result.get("error") else ""
-        wall = f"  ({result['wall_seconds']:.0f} s)" if "wall_seconds" in result else ""
-        self.say(f"{job.label}: {result['status']}{error}  {bleu}{wall}")
+        bleu = "  ".join(f"{split} BLEU {s.bleu:.2f}" for split, s in result.scores.items())
+        error = f": {result.error}" if result.error else ""
+        wall = f"  ({result.wall_seconds:.0f} s)" if result.wall_seconds is not None else ""
+        self.say(f"{job.label}: {result.status}{error}  {bleu}{wall}")
 
     def close(self) -> None:
         if self.progress is not None:

@@ -22,13 +22,12 @@ from typing import Any
 
 from ablate.errors import UserError, did_you_mean
 from ablate.files import write_text
+from ablate.record import RunResult, Status
 from ablate.report.tables import print_table
 from ablate.rundir import (
-    FINISHED,
     JOB,
     RESULT,
     Exit,
-    Status,
     checkpoint_step,
     read_result,
     reuse,
@@ -63,7 +62,7 @@ class Options:
     wait: bool = True
 
 
-Summary = tuple[list[dict[str, Any]], Any, list[str]]  # result records in plan order, the table, its notes
+Summary = tuple[list[RunResult], Any, list[str]]  # result records in plan order, the table, its notes
 
 
 def run(experiments: list[Experiment], options: Options, console) -> int:
@@ -79,12 +78,12 @@ def run(experiments: list[Experiment], options: Options, console) -> int:
             continue  # a rank other than 0 under torchrun, or jobs left running on the cluster
         print_table(console, f"{experiment.name}: {experiment.description}", frame, notes, compact=True)
         console.print(f"written: {options.results / experiment.name / 'summary.md'} and summary.csv", highlight=False)
-        failed += [f"{experiment.name}/{r['run']}/seed-{r['seed']}: {r.get('error', '')}"
-                   for r in rows if r["status"] == Status.FAILED]  # fmt: skip
+        failed += [f"{experiment.name}/{r.run}/seed-{r.seed}: {r.error or ''}"
+                   for r in rows if r.status == Status.FAILED]  # fmt: skip
         # stopped in this sweep from outside (Slurm's scancel): its row says by what, in `error`; a run an
         # earlier sweep left resumable, and this one did not train (--only), has no error and does not count
-        interrupted += [f"{experiment.name}/{r['run']}/seed-{r['seed']}: {r['error']}"
-                        for r in rows if r["status"] == Status.INTERRUPTED and r.get("error")]  # fmt: skip
+        interrupted += [f"{experiment.name}/{r.run}/seed-{r.seed}: {r.error}"
+                        for r in rows if r.status == Status.INTERRUPTED and r.error]  # fmt: skip
     if failed:
         print("failed runs:\n  " + "\n  ".join(failed), file=sys.stderr)
         return Exit.FAILED
@@ -210,7 +209,7 @@ def reuse_finished(planned: list[Planned], results: Path) -> None:
         if p.action != Action.REUSE or p.source is None:
             continue
         source = read_result(p.source)
-        if source is None or source.get("status") not in FINISHED:
+        if source is None or not source.finished:
             continue
         d = p.job.directory
         if d.is_dir() and stored_hash(d) not in (None, p.job.config_hash):
@@ -232,16 +231,16 @@ def prepare_data(jobs: list[Job]) -> None:
             load_dataset(spec.data, spec.tokenizer)
 
 
-def collect(planned: list[Planned], outcomes: Outcomes) -> list[dict[str, Any]]:
+def collect(planned: list[Planned], outcomes: Outcomes) -> list[RunResult]:
     """The result of every job in plan order: this sweep's, or what the run directory held."""
     rows = []
     for p in planned:
         result = outcomes.get(p.job.label) or read_result(p.job.directory)
-        if result is None or result.get("config_hash", p.job.config_hash) != p.job.config_hash:
+        if result is None or (result.config_hash or p.job.config_hash) != p.job.config_hash:
             resumable = checkpoint_step(p.job.directory, p.job.config_hash) is not None
             status = (Status.RUNNING_ELSEWHERE if p.action == Action.BUSY
                       else Status.INTERRUPTED if resumable else Status.NOT_RUN)  # fmt: skip
-            result = {"run": p.job.run, "seed": p.job.seed, "describe": p.job.describe, "status": status}
+            result = RunResult(run=p.job.run, seed=p.job.seed, describe=p.job.describe, status=status)
         rows.append(result)
     return rows
 

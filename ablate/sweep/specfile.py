@@ -18,56 +18,6 @@ from ablate.errors import Issue, SpecError, dotted, unknown_key
 from ablate.registry import Slot
 
 
-def read_yaml(path: Path) -> dict[str, Any]:
-    if not path.is_file():
-        raise SpecError([f"{path}: no such file"])
-    try:
-        text = path.read_text(encoding="utf-8")
-        repeated = duplicate_keys(text)
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as error:
-        mark = getattr(error, "problem_mark", None)
-        where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "(top level)"
-        raise SpecError([f"{path}: {where}: not valid YAML: {getattr(error, 'problem', None) or error}"]) from None
-    except (OSError, UnicodeDecodeError) as error:
-        raise SpecError([f"{path}: cannot read: {error}"]) from None
-    if repeated:
-        raise SpecError([f"{path}: {key}: line {line}: duplicate key (first given at line {first}); keep one"
-                         for key, line, first in repeated])  # fmt: skip
-    if not isinstance(data, dict):
-        raise SpecError([f"{path}: (top level): expected a mapping of keys, got {type(data).__name__}"])
-    return data
-
-
-def duplicate_keys(text: str) -> list[tuple[str, int, int]]:
-    """(dotted key, line, line of its first occurrence) for every key a mapping repeats.
-
-    PyYAML keeps the last of two equal keys without a word; a spec file that says `heads:` twice is a
-    mistake the user must see, so the composed node tree is walked first.
-    """
-    found: list[tuple[str, int, int]] = []
-
-    def walk(node: yaml.Node, path: tuple) -> None:
-        if isinstance(node, yaml.MappingNode):
-            seen: dict[Any, int] = {}
-            for key_node, value_node in node.value:
-                key = key_node.value if isinstance(key_node, yaml.ScalarNode) else None
-                line = key_node.start_mark.line + 1
-                if key is not None and key in seen:
-                    found.append((dotted((*path, key)), line, seen[key]))
-                elif key is not None:
-                    seen[key] = line
-                walk(value_node, (*path, key) if key is not None else path)
-        elif isinstance(node, yaml.SequenceNode):
-            for i, item in enumerate(node.value):
-                walk(item, (*path, i))
-
-    root = yaml.compose(text, Loader=yaml.SafeLoader)
-    if root is not None:
-        walk(root, ())
-    return found
-
-
 def merge(base: dict[str, Any], update: dict[str, Any]) -> dict[str, Any]:
     """Deep merge. A mapping naming a different part (`name:`) replaces the old one instead of merging."""
     out = copy.deepcopy(base)

@@ -22,16 +22,16 @@ from pathlib import Path
 from typing import Any
 
 from ablate.data.batches import Example
-from ablate.files import write_json
+from ablate.record import BudgetPoint, Status
 from ablate.rundir import (
     BUDGET_POINTS,
     CHECKPOINT,
     CHECKPOINTS,
     POINT,
-    Status,
     budget_dir,
     checkpoint_step,
     read_point,
+    write_point,
 )
 from ablate.train import checkpoints, distributed
 from ablate.train.trainer import Outcome, Progress, Trainer, TrainingSpec
@@ -157,12 +157,26 @@ class BudgetPoints:
                 "train_target_tokens": totals.tgt_tokens, "train_flops": totals.flops} | scores  # fmt: skip
 
     def _write(self, b: float, record: dict[str, Any]) -> None:
-        write_json(budget_dir(self.directory, b) / POINT, record)
+        write_point(self.directory, BudgetPoint.model_validate(record))
 
-    def records(self, end: dict[str, Any] | None) -> list[dict[str, Any]]:
-        """Every point's record, by budget, the run's end (`end`) last: result.json's `budget_points`."""
+    def summary(self, end: dict[str, Any]) -> dict[str, Any]:
+        """result.json's `budget_points` (every point's record, by budget, the run's end last, from `end`: the
+        run's fields) and what the cooldown branches cost."""
+        last = BudgetPoint(budget=self.points[-1], step=end["steps"], status=Status.COMPLETED,
+                           **{k: end[k] for k in POINT_END_FIELDS if k in end})  # fmt: skip
         earlier = [read_point(self.directory, b) for b in self.points[:-1]]
-        return [r for r in earlier if r is not None] + ([end] if end is not None else [])
+        records = [p for p in earlier if p is not None] + [last]
+        summary: dict[str, Any] = {"budget_points": [p.dump() for p in records]}
+        branches = [p.branch for p in records if p.branch is not None]
+        if branches:
+            summary |= {"branch_steps": sum(b.steps for b in branches),
+                        "branch_seconds": round(sum(b.seconds for b in branches), 1)}  # fmt: skip
+        return summary
+
+
+# What a run's end shares with its budget points' records.
+POINT_END_FIELDS = ("epochs", "train_target_tokens", "train_flops", "averaged_steps", "valid_loss", "valid_ppl",
+                    "scores", "decode_sentences_per_s")  # fmt: skip
 
 
 def _fork_weights(trunk: Path, branch: Path, step: int) -> None:

@@ -1,4 +1,5 @@
-"""The device a run trains on, named as the table's device column shows it, and how much of it the run had."""
+"""Where a run trains: its placement (device, precision, threads, rank) resolved once, the device named as the
+table's device column shows it, and how much of it the run had."""
 
 from __future__ import annotations
 
@@ -7,9 +8,44 @@ import os
 import platform
 import time
 from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where one process of a job computes, resolved once, by the worker: the device, the precision `auto` means
+    there, the CPU threads and the process's rank. The pipeline and the trainer read it and decide none of it."""
+
+    device: torch.device
+    precision: str  # fp32 or bf16: never auto
+    threads: int | None = None  # torch.set_num_threads; None: torch's default, every core
+    rank: int = 0
+    world: int = 1
+
+    @classmethod
+    def of(cls, device: str, local_rank: int, precision: str, threads: int | None, rank: int = 0,
+           world: int = 1) -> Placement:  # fmt: skip
+        """`device` (cpu or cuda) and `precision` (training.precision: auto, fp32, bf16) as this process has them."""
+        where = torch.device(f"cuda:{local_rank}" if device == "cuda" else "cpu")
+        return cls(where, resolve_precision(where, precision), threads, rank, world)
+
+    def enter(self) -> None:
+        """Makes this process compute here: its thread count (kernels, hence round-off, depend on it: references
+        pin it) and its GPU."""
+        if self.threads is not None:
+            torch.set_num_threads(self.threads)
+        if self.device.type == "cuda":
+            torch.cuda.set_device(self.device)
+
+
+def resolve_precision(device: torch.device, precision: str) -> str:
+    """What `training.precision` means on this device: auto is bf16 on CUDA and on CPUs with native bf16."""
+    if precision != "auto":
+        return precision
+    return "bf16" if device.type == "cuda" or native_bf16() else "fp32"
 
 
 def device_name(device: torch.device) -> str:

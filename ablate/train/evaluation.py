@@ -1,23 +1,32 @@
-"""Translating a split and scoring it with sacreBLEU (corpus BLEU with its signature, and chrF); and its spec."""
+"""Evaluating a model: its validation loss (and greedy BLEU), every test split translated with beam search and
+scored with sacreBLEU (corpus BLEU with its signature, and chrF); and the spec of it all."""
 
 from __future__ import annotations
 
 import itertools
+import math
 import time
 import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 import torch
 from pydantic import Field, NonNegativeFloat, NonNegativeInt, PositiveFloat, PositiveInt, model_validator
 from sacrebleu.metrics import BLEU, CHRF
 
-from ablate.config import Section
-from ablate.data.batches import pad
+from ablate.config import ADDED, Section
+from ablate.data.batches import Batch, pad
+from ablate.data.dataset import Dataset
 from ablate.data.tokenizer import EOS, Vocabulary
 from ablate.errors import SpecValueError
+from ablate.files import write_text
 from ablate.model.decoding import translate_ids
 from ablate.model.transformer import Transformer
+from ablate.rundir import hypotheses_path
+from ablate.train.log import Log
+from ablate.train.trainer import validation_loss
 
 
 class EvaluationSpec(Section):
@@ -29,19 +38,23 @@ class EvaluationSpec(Section):
     batch_size: PositiveInt = Field(100, description="sentences decoded together")
     lowercase: bool = Field(False, description="lowercased BLEU, to compare with papers that report it")
     average_checkpoints: PositiveInt = Field(
-        1, description="decode the mean of the last N checkpoints (training.checkpoint_every apart); 1: the last"
+        1,
+        description="decode the mean of the last N checkpoints (training.checkpoint_every apart); 1: the last",
+        json_schema_extra=ADDED,
     )
     budgets: list[PositiveFloat] | None = Field(
         None,
         min_length=1,
         description="budget points, in the unit of the run's budget (training.max_steps, max_target_tokens or "
         "max_flops): the run is decoded and scored at each as at its end; the last is the run's end",
+        json_schema_extra=ADDED,
     )
     length_buckets: list[PositiveInt] = Field(
         [10, 20, 30],
         min_length=1,
         description="upper ends, in source words, of the buckets BLEU and chrF are "
         "broken down by (compare-mt's); the last bucket is open: 1-10, 11-20, 21-30, 31+",
+        json_schema_extra=ADDED,
     )
 
     @model_validator(mode="after")
@@ -129,3 +142,52 @@ def by_length(sources: Sequence[str], hypotheses: Sequence[str], references: Seq
             scores = score([hypotheses[i] for i in rows], [references[i] for i in rows], lowercase)
         out[label] = {"sentences": len(rows), "bleu": scores["bleu"], "chrf": scores["chrf"]}
     return out
+
+
+def validate(model: Transformer, data: Dataset, batches: Sequence[Batch], ev: EvaluationSpec, bleu_pairs: int,
+             device: torch.device, amp: Any, step: int) -> dict[str, Any]:  # fmt: skip
+    """Validation loss and perplexity on the whole split; greedy BLEU on its first `bleu_pairs` pairs."""
+    loss = validation_loss(model, batches, device, amp)
+    record: dict[str, Any] = {"step": step, "valid_loss": round(loss, 4), "valid_ppl": perplexity(loss)}
+    n = min(bleu_pairs, len(data.valid_pairs))
+    if n:
+        pairs = data.valid_pairs[:n]
+        hyps = translate(model, [p[0] for p in pairs], data.src_vocab, data.tgt_vocab, beam_size=1, alpha=0.0,
+                         max_extra_len=ev.max_extra_len, batch_size=ev.batch_size, device=device,
+                         autocast=amp).hypotheses  # fmt: skip
+        record["valid_bleu"] = score(hyps, [p[1] for p in pairs], ev.lowercase)["bleu"]
+    return record
+
+
+def perplexity(loss: float) -> float:
+    """exp(loss) to 2 decimals; infinite past exp's range, NaN for NaN (a diverging run's validation)."""
+    return math.inf if loss > 700 else round(math.exp(loss), 2)
+
+
+def decode(model: Transformer, data: Dataset, ev: EvaluationSpec, device: torch.device, amp: Any, directory: Path,
+           log: Log) -> dict[str, Translation]:  # fmt: skip
+    """Beam search on every test split, each a phase of the log; its hypotheses written to hypotheses/<split>.txt."""
+    translations = {}
+    for split, pairs in data.tests.items():
+        log.phase(f"decoding {split}", f"decoding {split} ({len(pairs)} sentences, beam {ev.beam_size})")
+        translation = translate(model, [p[0] for p in pairs], data.src_vocab, data.tgt_vocab,
+                                beam_size=ev.beam_size, alpha=ev.length_penalty, max_extra_len=ev.max_extra_len,
+                                batch_size=ev.batch_size, device=device, autocast=amp)  # fmt: skip
+        write_text(hypotheses_path(directory, split), "\n".join(translation.hypotheses) + "\n")
+        translations[split] = translation
+    return translations
+
+
+def score_tests(data: Dataset, translations: dict[str, Translation], ev: EvaluationSpec) -> dict[str, Any]:
+    """sacreBLEU's BLEU and chrF of every decoded test split, whole and by source length, and the decoding speed:
+    the `scores` and `decode_sentences_per_s` of result.json (ablate.record.Evaluation)."""
+    scores = {}
+    for split, translation in translations.items():
+        pairs = data.tests[split]
+        sources, references = [p[0] for p in pairs], [p[1] for p in pairs]
+        scores[split] = score(translation.hypotheses, references, ev.lowercase)
+        scores[split]["by_length"] = by_length(sources, translation.hypotheses, references, ev.length_buckets,
+                                               ev.lowercase)  # fmt: skip
+    seconds = sum(t.seconds for t in translations.values())
+    decoded = sum(len(t.hypotheses) for t in translations.values())
+    return {"scores": scores, "decode_sentences_per_s": round(decoded / seconds, 1)}

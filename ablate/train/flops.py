@@ -23,11 +23,12 @@ import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 
 from ablate.data.batches import Example
-from ablate.train.device import CoreShare, device_name
+from ablate.train.device import CoreShare, Placement, device_name
 
 PROBES = ((1, 4, 3), (2, 4, 3), (1, 9, 3), (1, 4, 8), (2, 7, 6), (3, 5, 11))  # (B, S, T): the system's rows
 CHECK = (3, 13, 9)  # a shape the fit has not seen
@@ -175,3 +176,23 @@ def cache_file() -> Path:
     from ablate.data.tokenizer import cache_dir
 
     return cache_dir() / "peak_flops.v2.json"  # v2: only quiet measurements (QUIET); v1 kept busy ones too
+
+
+def cost(flops: float, seconds: float, target_tokens: int, budget: dict[str, float], used: dict[str, float],
+         peak_tflops: float | None, placement: Placement) -> dict[str, Any]:  # fmt: skip
+    """What training cost, as result.json's fields: its FLOPs (measured), their rate, MFU against the device's peak
+    (`peak_tflops` from the spec, else measured), the budget and which of its limits stopped the run."""
+    peak = peak_tflops * 1e12 if peak_tflops else peak_flops(placement.device, placement.precision, placement.threads)
+    achieved = flops / seconds if seconds else 0.0
+    stopped_by = next((name for name, limit in budget.items() if used[name] >= limit), None)
+    return {
+        "train_flops": flops, "gflop_per_target_token": significant(flops / max(target_tokens, 1) / 1e9),
+        "train_tflops_per_s": significant(achieved / 1e12), "peak_tflops": significant(peak / 1e12),
+        "peak_source": "spec" if peak_tflops else "measured", "mfu": significant(achieved / (peak * placement.world)),
+        "budget": budget, "stopped_by": stopped_by, "train_target_tokens": target_tokens,
+    }  # fmt: skip
+
+
+def significant(value: float) -> float:
+    """Four significant digits: what the tables show of a rate."""
+    return float(f"{value:.4g}")

@@ -18,14 +18,14 @@ import torch
 import torch.nn.functional as F
 from pydantic import Field, NonNegativeFloat, NonNegativeInt, PositiveFloat, PositiveInt, model_validator
 
-from ablate.config import Probability, Section, part
+from ablate.config import ADDED, BOOKKEEPING, Probability, Section, part
 from ablate.data.batches import Batch, Example, batch_indices, collate
 from ablate.data.tokenizer import PAD
 from ablate.errors import SpecValueError
 from ablate.model.transformer import Transformer
+from ablate.record import Status
 from ablate.registry import PartSpec
-from ablate.rundir import Status
-from ablate.train.device import native_bf16
+from ablate.train.device import Placement
 from ablate.train.distributed import all_sum, any_rank
 from ablate.train.flops import FlopModel
 from ablate.train.schedules import SCHEDULE
@@ -44,26 +44,38 @@ class TrainingSpec(Section):
     batch_tokens: PositiveInt | None = Field(None, description="accumulate batches until this many target tokens")
     max_steps: PositiveInt | None = Field(None, description="stop after this many optimizer steps")
     max_epochs: PositiveInt | None = Field(None, description="stop after this many passes over the data")
-    max_target_tokens: PositiveInt | None = Field(None, description="stop after training on this many target tokens")
+    max_target_tokens: PositiveInt | None = Field(
+        None, description="stop after training on this many target tokens", json_schema_extra=ADDED
+    )
     max_flops: PositiveFloat | None = Field(
-        None, description="stop after this many training FLOPs (forward and backward, torch's FlopCounterMode)"
+        None,
+        description="stop after this many training FLOPs (forward and backward, torch's FlopCounterMode)",
+        json_schema_extra=ADDED,
     )
     max_seconds: PositiveFloat | None = Field(
-        None, description="stop after this many seconds of optimizer steps on the run's device (wall clock)"
+        None,
+        description="stop after this many seconds of optimizer steps on the run's device (wall clock)",
+        json_schema_extra=ADDED,
     )
     peak_tflops: PositiveFloat | None = Field(
-        None, description="the device's peak TFLOP/s for MFU; default: a timed matmul, measured once a machine"
+        None,
+        description="the device's peak TFLOP/s for MFU; default: a timed matmul, measured once a machine",
+        json_schema_extra=BOOKKEEPING,
     )
     validate_every: PositiveInt | None = Field(
         None, description="validation loss and BLEU every N steps (and at the end); null: at every tenth of the budget"
     )
     diagnostics_every: NonNegativeInt | None = Field(
-        None, description="gradient, attention and norm diagnostics every N steps; null: at each validation; 0: never"
+        None,
+        description="gradient, attention and norm diagnostics every N steps; null: at each validation; 0: never",
+        json_schema_extra=BOOKKEEPING,  # the diagnostics test shows that measuring them does not change training
     )
     valid_bleu_pairs: NonNegativeInt = Field(200, description="validation pairs decoded for BLEU; 0 for loss only")
     checkpoint_every: PositiveInt | None = Field(
-        1000, description="save a checkpoint every N steps, at the end and on Ctrl-C; null: never (no resume)"
-    )
+        1000,
+        description="save a checkpoint every N steps, at the end and on Ctrl-C; null: never (no resume)",
+        json_schema_extra=BOOKKEEPING,  # the resume test shows that saving does not change training (but see
+    )  # ablate.rundir.config_hash: with checkpoint averaging on, the checkpoints are what is averaged)
     seed: int = Field(1, description="seeds model init, dropout and batch order")
     device: str = Field("auto", description="auto (a GPU when there is one), cpu, cuda, cuda:N")
     precision: Literal["auto", "fp32", "bf16"] = Field(
@@ -92,18 +104,12 @@ POINT_BUDGETS = ("max_steps", "max_target_tokens", "max_flops")
 """The budgets that budget points (evaluation.budgets) may be counted in: those a rerun reaches at the same step."""
 
 
-def precision_name(device: torch.device, precision: str) -> str:
-    """What `training.precision` means on this device: auto is bf16 on CUDA and on CPUs with native bf16."""
-    if precision != "auto":
-        return precision
-    return "bf16" if device.type == "cuda" or native_bf16() else "fp32"
-
-
 def autocast(device: torch.device, precision: str) -> Any:
-    """bf16 autocast (fp32 master weights; the loss is taken in fp32), or nothing for fp32."""
-    if precision_name(device, precision) == "bf16":
-        return torch.autocast(device.type, dtype=torch.bfloat16)
-    return nullcontext()
+    """bf16 autocast (fp32 master weights; the loss is taken in fp32), or nothing for fp32. `precision` is
+    resolved already (ablate.train.device.Placement): `auto` is decided in one place, not here."""
+    if precision not in ("fp32", "bf16"):
+        raise ValueError(f"precision {precision!r}: resolve it first (ablate.train.device.resolve_precision)")
+    return torch.autocast(device.type, dtype=torch.bfloat16) if precision == "bf16" else nullcontext()
 
 
 def loss_sums(model: Transformer, batch: Batch, label_smoothing: float) -> tuple[torch.Tensor, torch.Tensor]:
@@ -159,12 +165,14 @@ class Trainer:
     and the gradients are summed, so an update sees the same global batch as in one process.
     """
 
-    def __init__(self, model: Transformer, spec: TrainingSpec, d_model: int, device: torch.device,
-                 rank: int = 0, world: int = 1):  # fmt: skip
-        self.model, self.spec, self.device = model, spec, device
-        self.rank, self.world = rank, world
+    def __init__(self, model: Transformer, spec: TrainingSpec, d_model: int, placement: Placement | None = None):
+        """`placement`: where this process trains (the worker resolves it); by default the CPU, one process."""
+        placement = placement or Placement.of("cpu", 0, spec.precision, None)
+        self.model, self.spec, self.device = model, spec, placement.device
+        self.rank, self.world = placement.rank, placement.world
         self.forward = model
-        if world > 1:
+        device = self.device
+        if self.world > 1:
             from torch.nn.parallel import DistributedDataParallel
 
             self.forward = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
@@ -172,7 +180,7 @@ class Trainer:
         adam = torch.optim.AdamW if spec.weight_decay > 0 else torch.optim.Adam
         self.optimizer = adam(params, lr=0.0, betas=spec.betas, eps=spec.eps, weight_decay=spec.weight_decay)
         self.schedule = SCHEDULE.build(spec.schedule, d_model=d_model)
-        self.autocast = autocast(device, spec.precision)
+        self.autocast = autocast(device, placement.precision)
         self.step, self.epoch, self.position = 0, 0, 0  # position: updates of this epoch already made
         self.epoch_fraction = 0.0  # of the current epoch, done
         self.totals = Totals()

@@ -20,8 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from ablate.errors import UserError
-from ablate.files import write_json
-from ablate.rundir import FINISHED, RESULT, Exit, RunLock, Status, read_result
+from ablate.record import RunResult, Status
+from ablate.rundir import Exit, RunLock, read_result, write_result
 from ablate.train.job import Job
 
 # oneDNN, torch's library for bf16 matmuls on the CPU, JIT-builds a primitive for each new shape, and two caches keep
@@ -75,18 +75,19 @@ def execute(job: Job, stop: Stop | None = None) -> int:
     import torch
 
     from ablate.train import distributed
+    from ablate.train.device import Placement
     from ablate.train.pipeline import train_and_evaluate
 
     stop = stop or Stop()
     rank, world, local_rank = distributed.setup(job.device)
+    placement = Placement.of(job.device, local_rank, job.spec["training"]["precision"], job.threads, rank, world)
     lock = RunLock(job.directory)
     if rank == 0 and not _acquire(lock):
         print(f"{job.directory}: another process ({lock.holder()}) is training this run", file=sys.stderr)
         return Exit.BUSY
     # The sweep planned this job before it waited for the lock; another sweep's worker may have finished the run
     # meanwhile (it held the lock while it decoded the last point). Decoding it again would rewrite its result.
-    device = torch.device(f"cuda:{local_rank}" if job.device == "cuda" else "cpu")
-    if distributed.any_rank(rank == 0 and finished(read_result(job.directory), job), device):
+    if distributed.any_rank(rank == 0 and finished(read_result(job.directory), job), placement.device):
         if rank == 0:
             print(f"{job.directory}: another process finished this run while this one waited; nothing to do")
         lock.release()
@@ -106,7 +107,7 @@ def execute(job: Job, stop: Stop | None = None) -> int:
         result["slurm_restarts"] = int(os.environ.get("SLURM_RESTART_COUNT") or 0)
     code = Exit.COMPLETED
     try:
-        result |= train_and_evaluate(job, rank, world, local_rank, stop)
+        result |= train_and_evaluate(job, placement, stop)
     except UserError as error:  # bad input (a corpus file, say): the same for every run, so the sweep stops
         result |= {"status": Status.FAILED, "error": " ".join(error.lines)}
         code = Exit.USER_ERROR
@@ -120,14 +121,14 @@ def execute(job: Job, stop: Stop | None = None) -> int:
     result["wall_seconds"] = round(time.perf_counter() - wall + result.pop("earlier_wall_seconds", 0.0), 1)
     result["ended_at"] = _now()
     if rank == 0:
-        write_json(job.directory / RESULT, result)
+        write_result(job.directory, RunResult.model_validate(result))
     lock.release()
     return code
 
 
-def finished(result: dict[str, Any] | None, job: Job) -> bool:
+def finished(result: RunResult | None, job: Job) -> bool:
     """Whether result.json is a finished result of this job's spec (one that stands: never trained again)."""
-    return result is not None and result.get("status") in FINISHED and result.get("config_hash") == job.config_hash
+    return result is not None and result.finished and result.config_hash == job.config_hash
 
 
 def _now() -> str:

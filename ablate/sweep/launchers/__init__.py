@@ -14,16 +14,16 @@ from __future__ import annotations
 import contextlib
 import signal
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
-from ablate.files import write_json
-from ablate.rundir import LOG, RESULT, Exit, Status, read_result
+from ablate.record import RunResult, Status
+from ablate.rundir import LOG, Exit, read_result, write_result
 from ablate.sweep.progress import SweepView
 from ablate.train.job import Job
 
 LAUNCHERS = ("local", "slurm", "submitit-local")  # what --launcher takes; torchrun is chosen by being under it
 
-Outcomes = dict[str, dict[str, Any]]  # job label -> its result record
+Outcomes = dict[str, RunResult]  # job label -> its result record
 
 
 class Interrupted(Exception):  # noqa: N818 (a stop the user asked for, not an error)
@@ -44,26 +44,26 @@ class Launcher(Protocol):
         """
 
 
-def outcome(job: Job, code: int, why: str | None = None) -> dict[str, Any]:
+def outcome(job: Job, code: int, why: str | None = None) -> RunResult:
     """What a finished worker left: its result.json, or a record of how it died (written as its result).
 
     `why`: what the launcher knows of a death the exit code does not tell (a Slurm time limit, say).
     """
     base = job.record()
     if code == Exit.INTERRUPTED:
-        return base | {"status": Status.INTERRUPTED}
+        return RunResult(**base, status=Status.INTERRUPTED)
     if code == Exit.BUSY:
-        return base | {"status": Status.BUSY, "error": "another process is training this run"}
+        return RunResult(**base, status=Status.BUSY, error="another process is training this run")
     result = read_result(job.directory)
-    if result is not None and result.get("config_hash") == job.config_hash:
+    if result is not None and result.config_hash == job.config_hash:
         return result
     if why is None and code < 0:
         name = signal.Signals(-code).name
         why = f"worker killed by {name}" + (" (out of memory? the kernel's OOM killer sends it)" if code == -9 else "")
     elif why is None:
         why = f"worker exited with code {code} and wrote no result"
-    result = base | {"status": Status.FAILED, "error": why, "log": _tail(job.directory / LOG)}
-    write_json(job.directory / RESULT, result)
+    result = RunResult(**base, status=Status.FAILED, error=why, log=_tail(job.directory / LOG))
+    write_result(job.directory, result)
     return result
 
 

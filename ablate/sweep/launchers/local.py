@@ -160,10 +160,10 @@ class LocalLauncher:
                     job, take = active.pop(proc)
                     pool.give_back(take)  # whatever the job's end, its GPUs or cores go to the next
                     results[job.label] = outcome(job, proc.returncode)
-                    peak_mib = max(peak_mib, results[job.label].get("peak_memory_mib") or 0.0)
+                    peak_mib = max(peak_mib, results[job.label].peak_memory_mib or 0.0)
                     view.finished(job, results[job.label])
                     if proc.returncode == Exit.USER_ERROR:
-                        user_error = results[job.label]["error"]
+                        user_error = results[job.label].error
                 if user_error is not None and not active:
                     break
         except KeyboardInterrupt:

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from ablate.errors import UserError
+from ablate.record import RunResult
 from ablate.rundir import Exit, checkpoint_step, read_result, read_slurm_job, write_slurm_job
 from ablate.sweep.devices import place
 from ablate.sweep.experiment import SlurmSpec
@@ -118,7 +119,7 @@ class Task:
                 self.worker.wait()
         job = Job.load(Path(directory))
         result = read_result(job.directory)
-        if result is not None and result.get("config_hash") == job.config_hash:
+        if result is not None and result.config_hash == job.config_hash:
             return None  # it ended (its result.json says how): nothing to resume, nothing requeued
         # stopped with a checkpoint, or before it could save one (the warning came while it started): requeued
         return submitit.helpers.DelayedSubmission(Task(self.grace_s), directory)
@@ -303,20 +304,22 @@ def follow(handles: dict[Any, Job], view: SweepView, s: SlurmSpec, squeue: bool 
     return results
 
 
-def ended(job: Job, handle: Any, s: SlurmSpec) -> dict[str, Any]:
+def ended(job: Job, handle: Any, s: SlurmSpec) -> RunResult:
     """The result of a task that has ended: the worker's, or what Slurm's final state says happened."""
     try:
         code, failure = handle.result(), None
     except Exception as error:  # no exit code: cancelled, timed out, the node failed, out of memory...
         code, failure = None, error
     result = read_result(job.directory)
-    if result is not None and result.get("config_hash") == job.config_hash:
+    if result is not None and result.config_hash == job.config_hash:
         return result  # it ended with a result (perhaps just as the task was stopped)
     state = _final_state(handle)
     if state == "CANCELLED" or code == Exit.INTERRUPTED:
         why = (f"Slurm job {handle.job_id} was cancelled (scancel)" if state == "CANCELLED" else
                f"the worker of Slurm job {handle.job_id} was stopped")  # fmt: skip
-        return outcome(job, Exit.INTERRUPTED) | {"error": f"{why}; the same command resumes it from its checkpoint"}
+        return outcome(job, Exit.INTERRUPTED).model_copy(
+            update={"error": f"{why}; the same command resumes it from its checkpoint"}
+        )
     if failure is None:
         return outcome(job, code)
     if state == "TIMEOUT" or "timed-out" in str(failure):

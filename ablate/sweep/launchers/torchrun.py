@@ -42,5 +42,5 @@ class TorchrunLauncher:
                 results[job.label] = outcome(job, code)
                 view.finished(job, results[job.label])
             if code == Exit.USER_ERROR:
-                raise UserError(results.get(job.label, {}).get("error", "bad input (see rank 0)"))
+                raise UserError(getattr(results.get(job.label), "error", None) or "bad input (see rank 0)")
         return results

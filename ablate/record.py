@@ -1,0 +1,212 @@
+"""The run record: result.json, and a budget point's point.json, defined once. No torch.
+
+The worker writes a `RunResult` (ablate.train.worker, from what ablate.train.pipeline measured); the sweep,
+the report and `ablate check` read it through `ablate.rundir.read_result`. A field that is not declared here
+is an error when a record is made or read, so a misspelt name fails at once, in the process that wrote it.
+Fields are optional where an earlier ablate did not write them, or where a run that failed, diverged or was
+reused has none; the committed results under results/ all load (tests/test_record.py).
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class Status(str, Enum):
+    """How a job ended (result.json's `status`), or where it stands when it has no result yet."""
+
+    COMPLETED = "completed"
+    DIVERGED = "diverged"  # a result, not a failure: never run again
+    FAILED = "failed"
+    INTERRUPTED = "interrupted"  # stopped with a checkpoint; the next `ablate run` resumes it
+    RUNNING = "running"
+    BUSY = "busy"  # another process held the run's lock
+    RUNNING_ELSEWHERE = "running elsewhere"
+    NOT_RUN = "not run"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+FINISHED = (Status.COMPLETED, Status.DIVERGED)  # results that stand: never trained again, and reusable
+
+Number = int | float  # kept as written: a budget of 2000 steps stays 2000, not 2000.0
+
+
+class Record(BaseModel):
+    """A part of the run record: every field declared, none other accepted."""
+
+    model_config = ConfigDict(extra="forbid", use_enum_values=False)
+
+    def dump(self) -> dict[str, Any]:
+        """The record as JSON data: the fields it was given (an explicit None too), none it was not."""
+        return self.model_dump(mode="json", exclude_unset=True)
+
+
+class BucketScore(Record):
+    """BLEU and chrF of the test sentences whose source length falls in one bucket (compare-mt's breakdown)."""
+
+    sentences: int
+    bleu: float | None = None  # None: an empty bucket
+    chrf: float | None = None
+
+
+class Score(Record):
+    """One test split scored with sacreBLEU (ablate.train.evaluation.score)."""
+
+    bleu: float
+    chrf: float
+    bleu_signature: str
+    chrf_signature: str
+    by_length: dict[str, BucketScore] | None = None
+
+
+class Branch(Record):
+    """What a wsd cooldown branch cost: it forked the trunk at `from_step` and trained `steps` more."""
+
+    from_step: int
+    steps: int
+    seconds: float
+
+
+class Evaluation(Record):
+    """The model as scored at one step: the mean of the last checkpoints, validated, every test split decoded."""
+
+    averaged_steps: list[int] | None = Field(None, description="the checkpoints averaged; None: the last weights")
+    valid_loss: float | None = None
+    valid_ppl: float | None = None
+    scores: dict[str, Score] = Field(default_factory=dict, description="test split -> its scores")
+    decode_sentences_per_s: float | None = None
+
+    def bleu(self, split: str | None) -> float | None:
+        """The split's BLEU, when it was scored."""
+        score = self.scores.get(split) if split else None
+        return None if score is None else score.bleu
+
+
+class BudgetPoint(Evaluation):
+    """One budget point (evaluation.budgets): budgets/<b>/point.json, and an entry of result.json's `budget_points`."""
+
+    budget: Number
+    step: int | None = None
+    epochs: float | None = None
+    train_target_tokens: int | None = None
+    train_flops: float | None = None
+    status: Status = Status.COMPLETED
+    error: str | None = None
+    valid_bleu: float | None = Field(None, description="greedy BLEU on the first validation pairs")
+    branch: Branch | None = Field(None, description="the cooldown branch that made it (wsd)")
+
+
+# The fields a budget point holds of a run: a run seen at one of its points takes these from the point.
+POINT_FIELDS = ("status", "epochs", "scores", "valid_loss", "valid_ppl", "averaged_steps",
+                "decode_sentences_per_s", "train_target_tokens", "train_flops", "error")  # fmt: skip
+
+
+class RunResult(Evaluation):
+    """result.json: one job's identity, where it ran, what training cost, and its scores."""
+
+    # who it is (ablate.train.job.Job.record)
+    experiment: str | None = None
+    run: str
+    seed: int
+    differences: dict[str, Any] = Field(default_factory=dict)
+    describe: str = "-"
+    config_hash: str | None = None
+    arm: str | None = Field(None, description="the run before a learning-rate sweep multiplied it")
+    lr: float | None = Field(None, description="the swept peak learning rate, in a learning-rate sweep")
+    # how it ended
+    status: Status
+    error: str | None = None
+    traceback: str | None = None
+    log: str | None = Field(None, description="the end of worker.log, for a worker that died without a result")
+    note: str | None = None
+    reused_from: str | None = Field(None, description="the job directory that trained this spec and seed")
+    # where it ran
+    torch: str | None = None
+    python: str | None = None
+    host: str | None = None
+    started_at: str | None = None
+    ended_at: str | None = None
+    device: str | None = None
+    gpus: int | None = None
+    processes: int | None = None
+    gpu_ids: list[int] | None = None
+    visible_gpus: str | None = None
+    slurm_job: str | None = None
+    slurm_restarts: int | None = None
+    threads: int | None = None
+    cpu_ids: list[int] | None = None
+    core_share: float | None = Field(None, description="the share of its cores the run had to itself")
+    precision: str | None = Field(None, description="what it trained in: fp32 or bf16 (`auto` resolved)")
+    # the model and the data
+    params: int | None = None
+    src_vocab: int | None = None
+    tgt_vocab: int | None = None
+    train_pairs: int | None = None
+    init_valid_loss: float | None = None
+    resumed_from_step: int | None = None
+    # training
+    steps: int | None = None
+    epochs: float | None = None
+    train_seconds: float | None = None
+    train_src_tokens_per_s: float | None = None
+    train_tgt_tokens_per_s: float | None = None
+    step_ms: float | None = None
+    diagnostics_seconds: float | None = None
+    # what training cost (ablate.train.flops)
+    train_flops: float | None = None
+    gflop_per_target_token: float | None = None
+    train_tflops_per_s: float | None = None
+    peak_tflops: float | None = None
+    peak_source: str | None = None
+    mfu: float | None = None
+    budget: dict[str, Number] | None = Field(None, description="the run's length limits: max_steps, ...")
+    stopped_by: str | None = None
+    train_target_tokens: int | None = None
+    # budget points (evaluation.budgets), the run's end last
+    budget_points: list[BudgetPoint] | None = None
+    branch_steps: int | None = None
+    branch_seconds: float | None = None
+    # the whole job
+    peak_memory_mib: float | None = None
+    wall_seconds: float | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.status == Status.COMPLETED
+
+    @property
+    def finished(self) -> bool:
+        """A result that stands: never trained again, and reusable."""
+        return self.status in FINISHED
+
+    @property
+    def train_tokens_per_s(self) -> float | None:
+        if self.train_src_tokens_per_s is None or self.train_tgt_tokens_per_s is None:
+            return None
+        return self.train_src_tokens_per_s + self.train_tgt_tokens_per_s
+
+    def end_point(self, unit: str) -> BudgetPoint | None:
+        """The run's end as a budget point in `unit` (max_steps, ...), when its length is counted in that alone."""
+        limits = self.budget or {}
+        if list(limits) != [unit]:
+            return None
+        return BudgetPoint(budget=limits[unit], step=self.steps, **self.model_dump(include=set(POINT_FIELDS)))
+
+    def at(self, point: BudgetPoint, unit: str | None) -> RunResult:
+        """This run as a run ending at `point` would have ended: the point's scores, loss and length."""
+        fields = self.model_dump(exclude=set(POINT_FIELDS)) | point.model_dump(include=set(POINT_FIELDS))
+        fields["steps"] = point.step
+        if unit is not None:
+            fields["budget"] = {unit: point.budget}
+        return RunResult.model_validate(fields)
+
+
+def resolved_precision(requested: str, measured: str | None) -> str:
+    """A spec's `training.precision` as a run made with it trained: `auto` is what the run measured it to be
+    (bf16 on CUDA and on CPUs with native bf16, else fp32); a pinned precision is itself."""
+    return measured if requested == "auto" and measured else requested

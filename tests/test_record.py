@@ -1,0 +1,92 @@
+"""The run record (ablate.record): one definition of result.json and point.json that every committed file fits."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from ablate.config import hash_marks
+from ablate.errors import SpecError
+from ablate.record import BudgetPoint, RunResult, Status, resolved_precision
+from ablate.rundir import ADDED, BOOKKEEPING, read_point, read_result, write_result
+from ablate.train.spec import RunSpec
+from tests.conftest import ROOT
+
+RESULTS = sorted((ROOT / "results").glob("**/result.json"))
+POINTS = sorted((ROOT / "results").glob("**/point.json"))
+
+
+def test_the_committed_results_are_there_to_check():
+    assert len(RESULTS) >= 100 and len(POINTS) >= 30
+
+
+@pytest.mark.parametrize("path", RESULTS + POINTS, ids=lambda p: str(p.relative_to(ROOT)))
+def test_every_committed_record_loads_and_writes_back_unchanged(path):
+    data = json.loads(path.read_text(encoding="utf-8"))
+    if path.name == "result.json":
+        record = read_result(path.parent)
+        assert isinstance(record, RunResult) and record.status in set(Status)
+    else:
+        record = read_point(path.parents[2], float(path.parent.name))
+        assert isinstance(record, BudgetPoint)
+    assert record.dump() == data  # no field lost, renamed or retyped (2000 stays 2000, an explicit null stays)
+
+
+def test_a_misspelt_field_is_a_one_line_error_naming_the_file_and_the_field(tmp_path):
+    good = json.loads(RESULTS[0].read_text(encoding="utf-8"))
+    (tmp_path / "result.json").write_text(json.dumps(good | {"valid_los": 1.0}))
+    with pytest.raises(SpecError) as error:
+        read_result(tmp_path)
+    assert error.value.lines == [f"{tmp_path / 'result.json'}: valid_los: unknown key 'valid_los'; did you mean "
+                                 "'valid_loss'? (not a run record of this version of ablate)"]  # fmt: skip
+    (tmp_path / "result.json").write_text(json.dumps(good | {"steps": "many"}))
+    with pytest.raises(SpecError, match=r"result.json: steps: "):
+        read_result(tmp_path)
+
+
+def test_a_missing_or_cut_off_result_reads_as_none(tmp_path):
+    assert read_result(tmp_path) is None
+    (tmp_path / "result.json").write_text('{"run": "baseline", "se')
+    assert read_result(tmp_path) is None
+
+
+def test_a_result_written_is_the_result_read(tmp_path):
+    result = RunResult(run="baseline", seed=2, status=Status.COMPLETED, lr=None, scores={
+        "test": {"bleu": 30.1, "chrf": 55.0, "bleu_signature": "b", "chrf_signature": "c"}})  # fmt: skip
+    write_result(tmp_path, result)
+    data = json.loads((tmp_path / "result.json").read_text())
+    assert data == {
+        "run": "baseline",
+        "seed": 2,
+        "status": "completed",
+        "lr": None,
+        "scores": {"test": {"bleu": 30.1, "chrf": 55.0, "bleu_signature": "b", "chrf_signature": "c"}},
+    }
+    assert read_result(tmp_path) == result and read_result(tmp_path).bleu("test") == 30.1
+
+
+def test_a_run_seen_at_a_budget_point_takes_the_points_scores_and_length():
+    score = {"bleu_signature": "b", "chrf_signature": "c"}
+    run = RunResult(run="r", seed=1, status=Status.COMPLETED, steps=8000, budget={"max_steps": 8000},
+                    valid_loss=1.7, params=5, scores={"t": score | {"bleu": 37.0, "chrf": 60.0}})  # fmt: skip
+    point = BudgetPoint(budget=1000, step=1000, valid_loss=2.5, scores={"t": score | {"bleu": 27.0, "chrf": 50.0}})
+    early = run.at(point, "max_steps")
+    assert (early.steps, early.budget, early.valid_loss, early.bleu("t"), early.params) == (
+        1000, {"max_steps": 1000}, 2.5, 27.0, 5)  # fmt: skip
+    end = run.end_point("max_steps")
+    assert (end.budget, end.step, end.valid_loss, end.bleu("t")) == (8000, 8000, 1.7, 37.0)
+    assert run.end_point("max_flops") is None  # its length is not counted in FLOPs
+
+
+def test_the_hash_rules_are_the_marks_on_the_fields():
+    """The torch-free hash (rundir) keeps a copy of what the fields mark (config.BOOKKEEPING, ADDED): equal."""
+    marks = hash_marks(RunSpec)
+    assert {key for key, (mark, _) in marks.items() if mark == "never"} == BOOKKEEPING
+    assert {key: default for key, (mark, default) in marks.items() if mark == "unless default"} == ADDED
+
+
+def test_auto_precision_reads_as_what_the_run_measured():
+    assert resolved_precision("auto", "bf16") == "bf16"
+    assert resolved_precision("auto", None) == "auto"  # not measured: nothing to resolve it to
+    assert resolved_precision("fp32", "bf16") == "fp32"  # pinned is pinned
