@@ -80,7 +80,7 @@ BOOKKEEPING = {("training", "checkpoint_every"), ("training", "peak_tflops"), ("
 ADDED = {("evaluation", "average_checkpoints"): 1, ("training", "max_target_tokens"): None,
          ("training", "max_flops"): None, ("training", "max_seconds"): None, ("data", "max_train_length"): None,
          ("evaluation", "length_buckets"): [10, 20, 30], ("model", "projection"): "full",
-         ("evaluation", "budgets"): None}  # fmt: skip
+         ("evaluation", "budgets"): None, ("training", "adam_kernel"): "default"}  # fmt: skip
 
 
 def config_hash(spec: dict[str, Any]) -> str:

@@ -5,14 +5,18 @@ initial weights, fed the same Multi30k batches in the same order; the arms' step
 the order rotating each round, so the machine's noise falls on all of them. An arm differs from "as is" in
 one lever:
 
-    foreach Adam       torch.optim.Adam(foreach=True): one kernel over all parameters a step, not one each
-    fused Adam         torch.optim.Adam(fused=True): Adam's update as one fused kernel per parameter group
+    foreach Adam       training.adam_kernel foreach: one kernel over all parameters a step, not one each
+    fused Adam         training.adam_kernel fused: Adam's update as one fused kernel per parameter group
     compiled           torch.compile(model, dynamic=True): inductor's C++ kernels for the forward and backward
                        (compile time is spent in warm-up, not timed; it is printed)
     bf16               training.precision bf16 (autocast); on a CPU without native bf16 it is emulated and slow
     bf16-attention     bf16 autocast with torch's bf16 attention kernel, as ablate had it until it computed
                        attention in fp32 on the CPU (`sdpa`, ablate/parts/attention.py): a third of a bf16 step
                        was spent in that kernel on a Zen 4
+    bf16-compiled      bf16 autocast and torch.compile(model, dynamic=True) (issue 37: the element-wise quarter
+                       of a bf16 step is what inductor fuses)
+    bf16-fused         bf16 autocast and training.adam_kernel fused
+    bf16-foreach       bf16 autocast and training.adam_kernel foreach
 
 It prints each arm's median ms a step and its throughput relative to "as is" (> 1: the lever wins).
 
@@ -43,17 +47,18 @@ from ablate.sweep.experiment import load_experiment
 from ablate.train.device import device_name
 from ablate.train.trainer import Trainer
 
-ARMS = ("foreach", "fused", "compiled", "bf16", "bf16-attention")
+ARMS = ("foreach", "fused", "compiled", "bf16", "bf16-attention", "bf16-compiled", "bf16-fused", "bf16-foreach")
 
 
 def trainer(arm: str, model: torch.nn.Module, spec, d_model: int) -> Trainer:
     """ablate's Trainer with one lever pulled (or none, for "as is")."""
     if arm.startswith("bf16"):
         spec = spec.model_copy(update={"precision": "bf16"})
+    lever = arm.removeprefix("bf16-")
+    if lever in ("foreach", "fused"):
+        spec = spec.model_copy(update={"adam_kernel": lever})
     t = Trainer(model, spec, d_model)
-    if arm in ("foreach", "fused"):
-        t.optimizer = torch.optim.Adam(model.parameters(), lr=0.0, betas=spec.betas, eps=spec.eps, **{arm: True})
-    if arm == "compiled":
+    if lever == "compiled":
         t.forward = torch.compile(model, dynamic=True)
     if arm == "bf16-attention":  # the attention module's `sdpa` is torch's own, for this arm's steps only
         step = t.train_step

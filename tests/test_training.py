@@ -2,6 +2,7 @@
 
 import random
 
+import pytest
 import torch
 
 from ablate.data.batches import collate
@@ -83,3 +84,21 @@ def test_without_validate_every_a_run_validates_at_each_tenth_of_its_budget():
     steps = []
     trainer(max_steps=None, max_target_tokens=2000, max_tokens=80).fit(examples(300), on_validate=steps.append)
     assert len(steps) == 9 and steps == sorted(set(steps))  # tenths of the tokens: one validation each
+
+
+def test_every_adam_kernel_makes_the_same_update():
+    """training.adam_kernel changes how the update runs, not what it is. foreach is torch's default arithmetic
+    element for element. Fused rounds otherwise, and Adam divides by the root of the squared gradient, so a
+    weight whose gradient is near 0 can move by up to the learning rate either way: the losses agree to
+    round-off over 8 steps (with weight decay, so AdamW), and all but a handful of weights to 1e-5."""
+    data = [collate(examples(12, seed)) for seed in range(8)]
+    losses, weights = {}, {}
+    for kernel in ("default", "foreach", "fused"):
+        t = trainer(adam_kernel=kernel, weight_decay=0.01, schedule={"name": "constant", "lr": 3e-3})
+        losses[kernel] = [t.train_step([batch]) for batch in data]
+        weights[kernel] = torch.cat([p.detach().flatten() for p in t.model.parameters()])
+    assert torch.equal(weights["foreach"], weights["default"]) and losses["foreach"] == losses["default"]
+    assert losses["fused"] == pytest.approx(losses["default"], rel=1e-5)
+    assert losses["default"][-1] < losses["default"][0] - 0.3  # it learned: the updates were not all zero
+    apart = (weights["fused"] - weights["default"]).abs() > 1e-5
+    assert apart.float().mean() < 0.01

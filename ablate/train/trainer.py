@@ -38,6 +38,13 @@ class TrainingSpec(Section):
     betas: tuple[float, float] = Field((0.9, 0.98), strict=False, description="Adam's beta1, beta2 (§5.3)")
     eps: PositiveFloat = Field(1e-9, description="Adam's epsilon (§5.3)")
     weight_decay: NonNegativeFloat = Field(0.0, description="decoupled weight decay (AdamW) when above 0")
+    adam_kernel: Literal["default", "foreach", "fused"] = Field(
+        "default",
+        description="how Adam's update runs: torch's default (a kernel a parameter on the CPU, foreach on "
+        "CUDA), foreach (one over all parameters) or fused; the same update with another round-off "
+        "(benchmarks/README.md measures them)",
+        json_schema_extra=ADDED,
+    )
     label_smoothing: Probability = Field(0.1, description="epsilon_ls (§5.4)")
     clip_norm: PositiveFloat | None = Field(None, description="clip the gradient's global norm to this")
     max_tokens: PositiveInt = Field(4096, description="tokens a batch, padding included, on the longer side")
@@ -178,7 +185,9 @@ class Trainer:
             self.forward = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
         params = [p for p in model.parameters() if p.requires_grad]
         adam = torch.optim.AdamW if spec.weight_decay > 0 else torch.optim.Adam
-        self.optimizer = adam(params, lr=0.0, betas=spec.betas, eps=spec.eps, weight_decay=spec.weight_decay)
+        kernel = {"foreach": {"foreach": True}, "fused": {"fused": True}}.get(spec.adam_kernel, {})
+        self.optimizer = adam(params, lr=0.0, betas=spec.betas, eps=spec.eps, weight_decay=spec.weight_decay,
+                              **kernel)  # fmt: skip
         self.schedule = SCHEDULE.build(spec.schedule, d_model=d_model)
         self.autocast = autocast(device, placement.precision)
         self.step, self.epoch, self.position = 0, 0, 0  # position: updates of this epoch already made
