@@ -414,4 +414,3 @@ def test_a_spec_that_pins_the_precision_also_finds_the_same_spec_with_auto():
     auto = {"training": {"max_steps": 800, "precision": "auto"}, "evaluation": {"budgets": [100, 800]}}
     assert len(_alone_hashes(JobRecord(Path("."), RunResult(run="r", seed=1, status=Status.COMPLETED), auto),
                              "max_steps", 100.0)) == 1  # fmt: skip
-
