@@ -13,7 +13,7 @@ from ablate.data.tokenizer import PAD
 from ablate.model.transformer import build_model
 from ablate.parts import POSITIONS
 from ablate.train.flops import FlopModel, count, peak_flops
-from ablate.train.trainer import TrainingSpec, loss_sums
+from ablate.train.trainer import TrainingSpec, cross_entropy_sum
 from tests.conftest import ROOT, cli, tiny_spec
 
 SMOKE = ROOT / "experiments" / "smoke.yaml"
@@ -34,7 +34,7 @@ def examples(lengths, vocab=60, seed=0):
 def counted(m, batch) -> int:
     """What FlopCounterMode counts for a training step's forward and backward (attention on the math backend)."""
     with sdpa_kernel(SDPBackend.MATH), FlopCounterMode(display=False) as counter:
-        loss, _ = loss_sums(m, batch, 0.1)
+        loss = cross_entropy_sum(m, batch, 0.1)
         loss.backward()
     m.zero_grad(set_to_none=True)
     return counter.get_total_flops()

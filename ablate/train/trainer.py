@@ -119,13 +119,12 @@ def autocast(device: torch.device, precision: str) -> Any:
     return torch.autocast(device.type, dtype=torch.bfloat16) if precision == "bf16" else nullcontext()
 
 
-def loss_sums(model: Transformer, batch: Batch, label_smoothing: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """Summed label-smoothed loss (what is optimised) and summed NLL (for perplexity) over the batch's targets."""
+def cross_entropy_sum(model: Transformer, batch: Batch, label_smoothing: float) -> torch.Tensor:
+    """Summed cross-entropy over the batch's targets: label-smoothed, what is optimised; with 0, the NLL (for
+    perplexity). One pass over the (B·T, V) logits: training never computes the NLL it does not use."""
     logits = model(batch.src, batch.tgt[:, :-1]).float()  # (B, T, V)
-    logits, labels = logits.flatten(0, 1), batch.tgt[:, 1:].flatten()
-    loss = F.cross_entropy(logits, labels, ignore_index=PAD, label_smoothing=label_smoothing, reduction="sum")
-    nll = F.cross_entropy(logits.detach(), labels, ignore_index=PAD, reduction="sum")
-    return loss, nll
+    logits, labels = logits.flatten(0, 1), batch.tgt[:, 1:].flatten()  # (B·T, V), (B·T,)
+    return F.cross_entropy(logits, labels, ignore_index=PAD, label_smoothing=label_smoothing, reduction="sum")
 
 
 @dataclass
@@ -241,7 +240,7 @@ class Trainer:
         for i, (batch, weight) in enumerate(zip(batches, weights, strict=True)):
             sync = self.world == 1 or i == len(batches) - 1  # gradients are all-reduced once an update
             with nullcontext() if sync else self.forward.no_sync(), self.autocast:
-                loss, _ = loss_sums(self.forward, batch.to(self.device), self.spec.label_smoothing)
+                loss = cross_entropy_sum(self.forward, batch.to(self.device), self.spec.label_smoothing)
             (loss / total * (weight * self.world)).backward()  # exactly loss / total in one process
             loss_sum += loss.detach() * weight
         if self.spec.clip_norm is not None:
@@ -397,7 +396,7 @@ def validation_loss(model: Transformer, batches: Sequence[Batch], device: torch.
     nll_sum, tokens = torch.zeros((), device=device), 0
     for batch in batches:
         with amp:
-            _, nll = loss_sums(model, batch.to(device), 0.0)
+            nll = cross_entropy_sum(model, batch.to(device), 0.0)
         nll_sum += nll
         tokens += batch.tgt_tokens
     model.train(was_training)
