@@ -68,6 +68,15 @@ Summary = tuple[list[RunResult], Any, list[str]]  # result records in plan order
 def run(experiments: list[Experiment], options: Options, console) -> int:
     """`ablate run`: each experiment's sweep, then its table; the exit code (0 all done, 1 some runs failed, 130
     interrupted: the same command resumes)."""
+    try:
+        return _run(experiments, options, console)
+    finally:
+        # Under torchrun, the process group is closed before the interpreter exits: a rank that left with gloo's
+        # threads still running could abort at exit ("terminate called without an active exception").
+        distributed.teardown()
+
+
+def _run(experiments: list[Experiment], options: Options, console) -> int:
     failed, interrupted = [], []
     for experiment in experiments:
         try:
