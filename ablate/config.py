@@ -22,6 +22,12 @@ BOOKKEEPING = {"config_hash": "never"}  # changes neither the trained model nor 
 ADDED = {"config_hash": "unless default"}  # added after results were committed: at its default, earlier hashes hold
 
 
+def added(was: Any) -> dict[str, Any]:
+    """ADDED for a field whose default is not what runs did before it existed (a faster kernel made the default):
+    at `was` a spec hashes as before, and a stored spec without the field is read at `was` (rundir.as_stored)."""
+    return {"config_hash": "unless default", "was": was}
+
+
 class Section(BaseModel):
     """A spec section: unknown keys and loose types are errors."""
 
@@ -35,12 +41,14 @@ def part(slot: Slot, default: str, hashed: dict[str, str] | None = None) -> Any:
 
 
 def hash_marks(section: type[BaseModel], prefix: tuple[str, ...] = ()) -> dict[tuple[str, ...], tuple[str, Any]]:
-    """Every field below `section` that is marked BOOKKEEPING or ADDED: dotted path -> (the mark, its default)."""
+    """Every field below `section` that is marked BOOKKEEPING or ADDED: dotted path -> (the mark, its default, or
+    for ADDED the value runs had before the field existed: `added(was=...)`)."""
     marks: dict[tuple[str, ...], tuple[str, Any]] = {}
     for name, field in section.model_fields.items():
         extra = field.json_schema_extra if isinstance(field.json_schema_extra, dict) else {}
         if "config_hash" in extra:
-            marks[(*prefix, name)] = (str(extra["config_hash"]), field.get_default(call_default_factory=True))
+            default = extra["was"] if "was" in extra else field.get_default(call_default_factory=True)
+            marks[(*prefix, name)] = (str(extra["config_hash"]), default)
         annotation = field.annotation
         if isinstance(annotation, type) and issubclass(annotation, BaseModel):
             marks |= hash_marks(annotation, (*prefix, name))

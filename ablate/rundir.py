@@ -75,12 +75,24 @@ class Exit(IntEnum):
 # averaging on, the checkpoints are what gets averaged, so their interval counts.
 BOOKKEEPING = {("training", "checkpoint_every"), ("training", "peak_tflops"), ("training", "diagnostics_every")}
 
-# Keys added after results were committed, left out of the hash at their default so that earlier
-# hashes hold: a run that does not use them is the run it was.
+# Keys added after results were committed, left out of the hash at the value runs had before them (their default,
+# unless `config.added(was=...)` says otherwise) so that earlier hashes hold: a run that does not use them is the
+# run it was.
 ADDED = {("evaluation", "average_checkpoints"): 1, ("training", "max_target_tokens"): None,
          ("training", "max_flops"): None, ("training", "max_seconds"): None, ("data", "max_train_length"): None,
          ("evaluation", "length_buckets"): [10, 20, 30], ("model", "projection"): "full",
-         ("evaluation", "budgets"): None, ("training", "adam_kernel"): "default"}  # fmt: skip
+         ("evaluation", "budgets"): None, ("training", "adam_kernel"): "default",
+         ("model", "dropout_sampler"): "bernoulli", ("training", "cross_entropy"): "torch"}  # fmt: skip
+
+
+def as_stored(spec: dict[str, Any]) -> dict[str, Any]:
+    """A spec stored before some ADDED keys existed, with each missing one at the value runs had then: validated
+    today, it is the run it was (a field whose default has since changed, `config.added(was=...)`, included)."""
+    data = copy.deepcopy(spec)
+    for (section, key), was in ADDED.items():
+        if isinstance(data.get(section), dict):
+            data[section].setdefault(key, copy.deepcopy(was))
+    return data
 
 
 def config_hash(spec: dict[str, Any]) -> str:

@@ -17,6 +17,12 @@ one lever:
                        of a bf16 step is what inductor fuses)
     bf16-fused         bf16 autocast and training.adam_kernel fused
     bf16-foreach       bf16 autocast and training.adam_kernel foreach
+    bits16             model.dropout_sampler bits16: dropout masks from 16 random bits an element, not torch's
+                       Bernoulli draw an element (ablate/parts/dropout.py)
+    chunked            training.cross_entropy chunked: the label-smoothed loss 64 rows at a time with a one-pass
+                       backward, no fp32 copy of the logits (ablate/train/loss.py)
+
+An arm may join any levers with '-' (bf16-bits16-fused); those above are the default set.
 
 It prints each arm's median ms a step and its throughput relative to "as is" (> 1: the lever wins).
 
@@ -43,24 +49,32 @@ from ablate.data.dataset import load_dataset
 from ablate.data.tokenizer import PAD
 from ablate.model.transformer import build_model
 from ablate.parts.attention import sdpa
+from ablate.parts.dropout import use_sampler
 from ablate.sweep.experiment import load_experiment
 from ablate.train.device import device_name
 from ablate.train.trainer import Trainer
 
-ARMS = ("foreach", "fused", "compiled", "bf16", "bf16-attention", "bf16-compiled", "bf16-fused", "bf16-foreach")
+LEVERS = ("bf16", "foreach", "fused", "compiled", "attention", "bits16", "chunked")
+ARMS = ("foreach", "fused", "compiled", "bits16", "chunked", "bf16", "bf16-attention", "bf16-compiled", "bf16-fused",
+        "bf16-foreach", "bf16-bits16", "bf16-chunked", "bf16-bits16-chunked", "bf16-bits16-chunked-fused")  # fmt: skip
 
 
 def trainer(arm: str, model: torch.nn.Module, spec, d_model: int) -> Trainer:
-    """ablate's Trainer with one lever pulled (or none, for "as is")."""
-    if arm.startswith("bf16"):
+    """ablate's Trainer with the arm's levers pulled (none, for "as is"): an arm names them joined by '-'."""
+    levers = set(arm.split("-")) - {"as is"}
+    if "bf16" in levers:
         spec = spec.model_copy(update={"precision": "bf16"})
-    lever = arm.removeprefix("bf16-")
-    if lever in ("foreach", "fused"):
-        spec = spec.model_copy(update={"adam_kernel": lever})
+    for kernel in ("foreach", "fused"):
+        if kernel in levers:
+            spec = spec.model_copy(update={"adam_kernel": kernel})
+    if "chunked" in levers:
+        spec = spec.model_copy(update={"cross_entropy": "chunked"})
+    if "bits16" in levers:
+        use_sampler(model, "bits16")
     t = Trainer(model, spec, d_model)
-    if lever == "compiled":
+    if "compiled" in levers:
         t.forward = torch.compile(model, dynamic=True)
-    if arm == "bf16-attention":  # the attention module's `sdpa` is torch's own, for this arm's steps only
+    if "attention" in levers:  # the attention module's `sdpa` is torch's own, for this arm's steps only
         step = t.train_step
 
         def train_step(batches):
@@ -83,8 +97,10 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
     args = parser.parse_args()
     arms = [a for a in args.arms.split(",") if a]
-    if unknown := sorted(set(arms) - set(ARMS)):
-        parser.error(f"--arms: no lever {', '.join(unknown)}; expected some of {', '.join(ARMS)}")
+    if unknown := sorted({lever for a in arms for lever in a.split("-")} - set(LEVERS)):
+        parser.error(f"--arms: no lever {', '.join(unknown)}; an arm joins some of {', '.join(LEVERS)} with '-'")
+    if bad := [a for a in arms if "attention" in a.split("-") and "bf16" not in a.split("-")]:
+        parser.error(f"--arms: {', '.join(bad)}: the attention lever is bf16's (torch's bf16 attention kernel)")
     if args.threads:
         torch.set_num_threads(args.threads)
     overrides = ["training.precision=fp32", "training.validate_every=100000", "training.checkpoint_every=null",

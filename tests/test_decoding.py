@@ -24,14 +24,16 @@ def reverse_task(n: int, seed: int) -> list[tuple[list[int], list[int]]]:
 
 @pytest.fixture(scope="module")
 def trained():
-    """A small Transformer trained on the reverse task on CPU, in seconds."""
+    """A small Transformer trained on the reverse task on CPU, in seconds. At a peak of 3e-3 for 700 steps a third
+    of the seeds fell short of 95 BLEU, whichever kernels trained it; at 1e-3 for 1,000 steps all 8 tried cleared it
+    (seeds 0-3, torch's and ablate's faster kernels, bf16)."""
     torch.manual_seed(0)
     spec = ModelSpec(d_model=64, heads=4, d_ff=128, encoder_layers=2, decoder_layers=2, dropout=0.0, tying="none")
     model = build_model(spec, V, V)
-    training = TrainingSpec(schedule={"name": "inverse_sqrt", "lr": 3e-3, "warmup": 50}, max_tokens=600,
-                            max_steps=700, label_smoothing=0.0, seed=0)  # fmt: skip
+    training = TrainingSpec(schedule={"name": "inverse_sqrt", "lr": 1e-3, "warmup": 100}, max_tokens=600,
+                            max_steps=1000, label_smoothing=0.0, seed=0)  # fmt: skip
     outcome = Trainer(model, training, 64).fit(reverse_task(4000, seed=1))
-    assert outcome.status == "completed" and outcome.steps == 700
+    assert outcome.status == "completed" and outcome.steps == 1000
     return model.eval()
 
 

@@ -9,7 +9,7 @@ import pytest
 from ablate.config import hash_marks
 from ablate.errors import SpecError
 from ablate.record import BudgetPoint, RunResult, Status, resolved_precision
-from ablate.rundir import ADDED, BOOKKEEPING, read_point, read_result, write_result
+from ablate.rundir import ADDED, BOOKKEEPING, as_stored, config_hash, read_point, read_result, write_result
 from ablate.train.spec import RunSpec
 from tests.conftest import ROOT
 
@@ -84,6 +84,27 @@ def test_the_hash_rules_are_the_marks_on_the_fields():
     marks = hash_marks(RunSpec)
     assert {key for key, (mark, _) in marks.items() if mark == "never"} == BOOKKEEPING
     assert {key: default for key, (mark, default) in marks.items() if mark == "unless default"} == ADDED
+
+
+# Fields whose default changed when they were added (issue 37's faster kernels): what runs did before them.
+CHANGED = {("model", "dropout_sampler"): "bernoulli", ("training", "cross_entropy"): "torch",
+           ("training", "adam_kernel"): "default"}  # fmt: skip
+
+
+def test_a_spec_stored_before_a_faster_default_reads_and_hashes_as_the_run_it_was():
+    """A stored spec without the new keys trains what it trained (torch's kernels), hashes as it did, and so does
+    a spec that names the old values; today's defaults train another run, under another hash."""
+    today = RunSpec.model_validate({"training": {"max_steps": 10}}).model_dump(mode="json")
+    assert {key: today[key[0]][key[1]] for key in CHANGED} == {
+        ("model", "dropout_sampler"): "bits16", ("training", "cross_entropy"): "chunked",
+        ("training", "adam_kernel"): "fused"}  # fmt: skip
+    before = json.loads(json.dumps(today))
+    for section, key in CHANGED:
+        del before[section][key]
+    read = RunSpec.model_validate(as_stored(before)).model_dump(mode="json")
+    assert {key: read[key[0]][key[1]] for key in CHANGED} == CHANGED
+    assert config_hash(read) == config_hash(before) != config_hash(today)
+    assert as_stored(today) == today  # a spec that has the keys keeps them
 
 
 def test_auto_precision_reads_as_what_the_run_measured():

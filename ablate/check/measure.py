@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from ablate.check.reference import REFERENCES, Expected, Measured, Reference
 from ablate.record import RunResult, resolved_precision
-from ablate.rundir import hypotheses_path, read_metrics
+from ablate.rundir import as_stored, hypotheses_path, read_metrics
 
 if TYPE_CHECKING:
     from ablate.sweep.devices import Resources
@@ -65,13 +65,14 @@ def _experiment(ref: Reference, spec: dict[str, Any], plugins: list[str]) -> Exp
 
 
 def _run_spec(spec: dict[str, Any], plugins: list[str]) -> RunSpec:
-    """A stored spec validated as the spec reads it today, after importing the plugins that register its parts."""
+    """A stored spec validated as the spec reads it today, after importing the plugins that register its parts; a
+    key added since it was stored reads as what runs had then (rundir.as_stored), not as today's default."""
     from ablate.registry import load_plugin
     from ablate.train.spec import RunSpec
 
     for i, plugin in enumerate(plugins):
         load_plugin(plugin, REFERENCES / "plugins", ("plugins", i))
-    return RunSpec.model_validate(spec)
+    return RunSpec.model_validate(as_stored(spec))
 
 
 def _resources(device: str, threads: int | None) -> Resources:

@@ -11,6 +11,7 @@ from torch import Tensor, nn
 from ablate.model.spec import ModelSpec
 from ablate.parts import EMBEDDING_SCALE, FEEDFORWARD, NORM, NORM_PLACEMENT, POSITIONS, PROJECTION, SCALING, TYING
 from ablate.parts.attention import KV, AttentionScaling, CrossAttention, SelfAttention
+from ablate.parts.dropout import use_sampler
 from ablate.parts.embeddings import Embeddings
 from ablate.parts.feedforward import FeedForward
 from ablate.parts.norms import SublayerConnection
@@ -196,7 +197,7 @@ def build_model(spec: ModelSpec, src_vocab: int, tgt_vocab: int, pad_id: int = 0
         pad_id,
     )
     init_weights(model)
-    return model
+    return use_sampler(model, spec.dropout_sampler)
 
 
 def init_weights(model: Transformer) -> None:

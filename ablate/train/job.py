@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ablate.files import read_json, write_json, write_yaml
-from ablate.rundir import CONFIG, JOB
+from ablate.rundir import CONFIG, JOB, as_stored
 
 if TYPE_CHECKING:
     from ablate.train.spec import RunSpec
@@ -49,7 +49,7 @@ class Job:
 
         for i, plugin in enumerate(self.plugins):
             load_plugin(plugin, self.directory / JOB, ("plugins", i))
-        return RunSpec.model_validate(self.spec)
+        return RunSpec.model_validate(as_stored(self.spec))  # a job.json of an earlier ablate: the run it was
 
     def record(self) -> dict[str, Any]:
         """What every result of this job starts from: who it is."""

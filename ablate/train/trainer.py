@@ -15,10 +15,9 @@ from dataclasses import asdict, dataclass
 from typing import Annotated, Any, Literal
 
 import torch
-import torch.nn.functional as F
 from pydantic import Field, NonNegativeFloat, NonNegativeInt, PositiveFloat, PositiveInt, model_validator
 
-from ablate.config import ADDED, BOOKKEEPING, Probability, Section, part
+from ablate.config import ADDED, BOOKKEEPING, Probability, Section, added, part
 from ablate.data.batches import Batch, Example, batch_indices, collate
 from ablate.data.tokenizer import PAD
 from ablate.errors import SpecValueError
@@ -28,6 +27,7 @@ from ablate.registry import PartSpec
 from ablate.train.device import Placement
 from ablate.train.distributed import all_sum, any_rank
 from ablate.train.flops import FlopModel
+from ablate.train.loss import smoothed_cross_entropy_sum
 from ablate.train.schedules import SCHEDULE
 
 
@@ -39,13 +39,19 @@ class TrainingSpec(Section):
     eps: PositiveFloat = Field(1e-9, description="Adam's epsilon (§5.3)")
     weight_decay: NonNegativeFloat = Field(0.0, description="decoupled weight decay (AdamW) when above 0")
     adam_kernel: Literal["default", "foreach", "fused"] = Field(
-        "default",
-        description="how Adam's update runs: torch's default (a kernel a parameter on the CPU, foreach on "
-        "CUDA), foreach (one over all parameters) or fused; the same update with another round-off "
-        "(benchmarks/README.md measures them)",
-        json_schema_extra=ADDED,
+        "fused",
+        description="how Adam's update runs: fused (one kernel a parameter group), torch's default (a kernel a "
+        "parameter on the CPU, foreach on CUDA) or foreach (one over all parameters); the same update with "
+        "another round-off (benchmarks/README.md measures them)",
+        json_schema_extra=added(was="default"),
     )
     label_smoothing: Probability = Field(0.1, description="epsilon_ls (§5.4)")
+    cross_entropy: Literal["torch", "chunked"] = Field(
+        "chunked",
+        description="how the training loss runs: chunked (64 rows at a time, a one-pass backward, no fp32 copy of "
+        "bf16 logits; ablate/train/loss.py) or torch (F.cross_entropy on fp32 logits): the same loss to round-off",
+        json_schema_extra=added(was="torch"),
+    )
     clip_norm: PositiveFloat | None = Field(None, description="clip the gradient's global norm to this")
     max_tokens: PositiveInt = Field(4096, description="tokens a batch, padding included, on the longer side")
     batch_tokens: PositiveInt | None = Field(None, description="accumulate batches until this many target tokens")
@@ -119,12 +125,13 @@ def autocast(device: torch.device, precision: str) -> Any:
     return torch.autocast(device.type, dtype=torch.bfloat16) if precision == "bf16" else nullcontext()
 
 
-def cross_entropy_sum(model: Transformer, batch: Batch, label_smoothing: float) -> torch.Tensor:
+def cross_entropy_sum(model: Transformer, batch: Batch, label_smoothing: float, kernel: str = "torch") -> torch.Tensor:
     """Summed cross-entropy over the batch's targets: label-smoothed, what is optimised; with 0, the NLL (for
-    perplexity). One pass over the (B·T, V) logits: training never computes the NLL it does not use."""
-    logits = model(batch.src, batch.tgt[:, :-1]).float()  # (B, T, V)
+    perplexity). One pass over the (B·T, V) logits: training never computes the NLL it does not use. `kernel`:
+    TrainingSpec.cross_entropy (ablate.train.loss)."""
+    logits = model(batch.src, batch.tgt[:, :-1])  # (B, T, V)
     logits, labels = logits.flatten(0, 1), batch.tgt[:, 1:].flatten()  # (B·T, V), (B·T,)
-    return F.cross_entropy(logits, labels, ignore_index=PAD, label_smoothing=label_smoothing, reduction="sum")
+    return smoothed_cross_entropy_sum(logits, labels, label_smoothing, PAD, kernel)
 
 
 @dataclass
@@ -240,7 +247,8 @@ class Trainer:
         for i, (batch, weight) in enumerate(zip(batches, weights, strict=True)):
             sync = self.world == 1 or i == len(batches) - 1  # gradients are all-reduced once an update
             with nullcontext() if sync else self.forward.no_sync(), self.autocast:
-                loss = cross_entropy_sum(self.forward, batch.to(self.device), self.spec.label_smoothing)
+                loss = cross_entropy_sum(self.forward, batch.to(self.device), self.spec.label_smoothing,
+                                         self.spec.cross_entropy)  # fmt: skip
             (loss / total * (weight * self.world)).backward()  # exactly loss / total in one process
             loss_sum += loss.detach() * weight
         if self.spec.clip_norm is not None:
