@@ -62,6 +62,8 @@ class Score(Record):
     bleu_signature: str
     chrf_signature: str
     by_length: dict[str, BucketScore] | None = None
+    cased_bleu: float | None = Field(None, description="with evaluation.lowercase: the standard, cased BLEU too")
+    cased_bleu_signature: str | None = None
 
 
 class Branch(Record):
@@ -70,6 +72,16 @@ class Branch(Record):
     from_step: int
     steps: int
     seconds: float
+
+
+class EarlyStop(Record):
+    """How early stopping (training.early_stopping) saw the run: its best validation, and whether it stopped."""
+
+    metric: str = Field(description="valid_loss or valid_bleu")
+    stopped: bool = Field(description="True: patience ran out before the budget; False: the run reached its cap")
+    best_step: int | None = Field(None, description="the validation step with the best value")
+    best: float | None = None
+    validations_since_best: int = 0
 
 
 class Evaluation(Record):
@@ -166,6 +178,7 @@ class RunResult(Evaluation):
     mfu: float | None = None
     budget: dict[str, Number] | None = Field(None, description="the run's length limits: max_steps, ...")
     stopped_by: str | None = None
+    early_stopping: EarlyStop | None = Field(None, description="training.early_stopping's view of the run")
     train_target_tokens: int | None = None
     # budget points (evaluation.budgets), the run's end last
     budget_points: list[BudgetPoint] | None = None

@@ -82,7 +82,9 @@ ADDED = {("evaluation", "average_checkpoints"): 1, ("training", "max_target_toke
          ("training", "max_flops"): None, ("training", "max_seconds"): None, ("data", "max_train_length"): None,
          ("evaluation", "length_buckets"): [10, 20, 30], ("model", "projection"): "full",
          ("evaluation", "budgets"): None, ("training", "adam_kernel"): "default",
-         ("model", "dropout_sampler"): "bernoulli", ("training", "cross_entropy"): "torch"}  # fmt: skip
+         ("model", "dropout_sampler"): "bernoulli", ("training", "cross_entropy"): "torch",
+         ("training", "early_stopping"): None, ("evaluation", "select"): "last",
+         ("training", "shape_buckets"): None}  # fmt: skip
 
 
 def as_stored(spec: dict[str, Any]) -> dict[str, Any]:

@@ -1,9 +1,10 @@
 """Issue 23's levers on a base-recipe training step, each as a ratio against ablate's step as it is, side by side.
 
 Every arm is ablate's own Trainer on experiments/base.yaml's model (or `--experiment`'s baseline), from the same
-initial weights, fed the same Multi30k batches in the same order; the arms' steps alternate in one process,
-the order rotating each round, so the machine's noise falls on all of them. An arm differs from "as is" in
-one lever:
+initial weights, fed the same Multi30k batches in the same order (the buckets lever cuts its own); the arms'
+steps alternate in one process, the order rotating each round, so the machine's noise falls on all of them.
+"As is" is the recipe as the experiment file says: experiments/base.yaml pins the kernels the committed evidence
+was trained with (torch's dropout, loss and Adam; no buckets). An arm pulls levers:
 
     foreach Adam       training.adam_kernel foreach: one kernel over all parameters a step, not one each
     fused Adam         training.adam_kernel fused: Adam's update as one fused kernel per parameter group
@@ -19,12 +20,18 @@ one lever:
     bf16-foreach       bf16 autocast and training.adam_kernel foreach
     bits16             model.dropout_sampler bits16: dropout masks from 16 random bits an element, not torch's
                        Bernoulli draw an element (ablate/parts/dropout.py)
+    buckets            training.shape_buckets 8: every batch padded to a multiple of 8 tokens on both sides, with
+                       max_tokens // length pairs (ablate/data/batches.py), its own batches: the ratio is of
+                       real target tokens a second
     chunked            training.cross_entropy chunked: the label-smoothed loss 64 rows at a time with a one-pass
                        backward, no fp32 copy of the logits (ablate/train/loss.py)
 
 An arm may join any levers with '-' (bf16-bits16-fused); those above are the default set.
 
-It prints each arm's median ms a step and its throughput relative to "as is" (> 1: the lever wins).
+It prints each arm's median ms a step, its real target tokens a second, and that throughput relative to "as
+is" (> 1: the lever wins). oneDNN's primitive caches are capped as a worker caps them (ablate/train/worker.py)
+unless the environment sets them: a bf16 matmul of a new shape builds a kernel, and a capped cache rebuilds
+kernels for shapes it dropped.
 
     python benchmarks/levers.py [--experiment experiments/base.yaml] [--arms foreach,fused,compiled,bf16,...]
                                 [--steps 20] [--warmup 5] [--threads N]
@@ -37,26 +44,32 @@ from __future__ import annotations
 
 import argparse
 import copy
+import os
 import statistics
 import time
 
-import torch
-import torch.nn.functional as F
+from ablate.train.worker import PRIMITIVE_CACHES, bound_primitive_caches
 
-import ablate.parts.attention
-from ablate.data.batches import batch_indices, collate
-from ablate.data.dataset import load_dataset
-from ablate.data.tokenizer import PAD
-from ablate.model.transformer import build_model
-from ablate.parts.attention import sdpa
-from ablate.parts.dropout import use_sampler
-from ablate.sweep.experiment import load_experiment
-from ablate.train.device import device_name
-from ablate.train.trainer import Trainer
+bound_primitive_caches()  # as a worker trains: before torch loads, unless the environment sets them
 
-LEVERS = ("bf16", "foreach", "fused", "compiled", "attention", "bits16", "chunked")
-ARMS = ("foreach", "fused", "compiled", "bits16", "chunked", "bf16", "bf16-attention", "bf16-compiled", "bf16-fused",
-        "bf16-foreach", "bf16-bits16", "bf16-chunked", "bf16-bits16-chunked", "bf16-bits16-chunked-fused")  # fmt: skip
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+
+import ablate.parts.attention  # noqa: E402
+from ablate.data.batches import batch_indices, collate  # noqa: E402
+from ablate.data.dataset import load_dataset  # noqa: E402
+from ablate.data.tokenizer import PAD  # noqa: E402
+from ablate.model.transformer import build_model  # noqa: E402
+from ablate.parts.attention import sdpa  # noqa: E402
+from ablate.parts.dropout import use_sampler  # noqa: E402
+from ablate.sweep.experiment import load_experiment  # noqa: E402
+from ablate.train.device import device_name  # noqa: E402
+from ablate.train.trainer import Trainer  # noqa: E402
+
+LEVERS = ("bf16", "foreach", "fused", "compiled", "attention", "bits16", "chunked", "buckets")
+ARMS = ("foreach", "fused", "compiled", "bits16", "chunked", "buckets", "bf16", "bf16-attention", "bf16-compiled",
+        "bf16-fused", "bf16-foreach", "bf16-bits16", "bf16-chunked", "bf16-buckets", "bf16-bits16-chunked-fused",
+        "bf16-bits16-chunked-fused-buckets")  # fmt: skip
 
 
 def trainer(arm: str, model: torch.nn.Module, spec, d_model: int) -> Trainer:
@@ -69,6 +82,8 @@ def trainer(arm: str, model: torch.nn.Module, spec, d_model: int) -> Trainer:
             spec = spec.model_copy(update={"adam_kernel": kernel})
     if "chunked" in levers:
         spec = spec.model_copy(update={"cross_entropy": "chunked"})
+    if "buckets" in levers:
+        spec = spec.model_copy(update={"shape_buckets": 8})
     if "bits16" in levers:
         use_sampler(model, "bits16")
     t = Trainer(model, spec, d_model)
@@ -111,13 +126,14 @@ def main() -> None:
     model = build_model(spec.model, len(data.src_vocab), len(data.tgt_vocab), pad_id=PAD)
     trainers = {name: trainer(name, copy.deepcopy(model), spec.training, spec.model.d_model)
                 for name in ["as is", *arms]}  # fmt: skip
-    indices = batch_indices(data.train, spec.training.max_tokens, spec.training.seed * 100_003)
-    batches = [collate([data.train[i] for i in b]) for b in indices[: args.warmup + args.steps]]
+    batches = {name: first_batches(data.train, t.spec, args.warmup + args.steps) for name, t in trainers.items()}
     times: dict[str, list[float]] = {name: [] for name in trainers}
+    tokens: dict[str, int] = dict.fromkeys(trainers, 0)
     warmup: dict[str, float] = dict.fromkeys(trainers, 0.0)
     order = list(trainers)
-    for i, batch in enumerate(batches):
+    for i in range(args.warmup + args.steps):
         for name in order[i % len(order) :] + order[: i % len(order)]:  # rotate who goes first
+            batch = batches[name][i]
             start = time.perf_counter()
             trainers[name].train_step([batch])
             elapsed = time.perf_counter() - start
@@ -125,17 +141,25 @@ def main() -> None:
                 warmup[name] += elapsed
             else:
                 times[name].append(elapsed)
+                tokens[name] += batch.tgt_tokens
     model_spec = spec.model
-    print(f"{device_name(torch.device('cpu'))}, torch {torch.__version__}; {args.experiment}'s baseline "
+    caches = ", ".join(f"{v}={os.environ.get(v, 'default')}" for v in PRIMITIVE_CACHES)
+    print(f"{device_name(torch.device('cpu'))}, torch {torch.__version__}, {caches}; {args.experiment}'s baseline "
           f"(d_model {model_spec.d_model}, {model_spec.encoder_layers}+{model_spec.decoder_layers} layers, "
           f"<= {spec.training.max_tokens} tokens a batch), {args.steps} timed steps an arm after "
           f"{args.warmup}")  # fmt: skip
     median = {name: statistics.median(t) for name, t in times.items()}
-    print(f"{'arm':<20} {'median ms':>10} {'min ms':>8} {'vs as is':>9} {'warm-up s':>10}")
+    rate = {name: tokens[name] / sum(times[name]) for name in trainers}  # real target tokens a second
+    print(f"{'arm':<26} {'median ms':>10} {'min ms':>8} {'tgt tok/s':>10} {'vs as is':>9} {'warm-up s':>10}")
     for name in trainers:
-        ratio = median["as is"] / median[name]  # the same batches: throughput
-        print(f"{name:<20} {median[name] * 1000:>10.1f} {min(times[name]) * 1000:>8.1f} {ratio:>8.2f}x "
-              f"{warmup[name]:>10.1f}")  # fmt: skip
+        print(f"{name:<26} {median[name] * 1000:>10.1f} {min(times[name]) * 1000:>8.1f} {rate[name]:>10,.0f} "
+              f"{rate[name] / rate['as is']:>8.2f}x {warmup[name]:>10.1f}")  # fmt: skip
+
+
+def first_batches(examples, spec, n: int) -> list:
+    """The first `n` batches of the first epoch as a trainer under `spec` cuts them: with `shape_buckets`, its own."""
+    indices = batch_indices(examples, spec.max_tokens, spec.seed * 100_003, spec.shape_buckets)
+    return [collate([examples[i] for i in b], spec.shape_buckets) for b in indices[:n]]
 
 
 if __name__ == "__main__":

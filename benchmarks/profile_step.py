@@ -6,7 +6,11 @@ what the issue asks about: matmuls, attention, softmax, norms, the loss, the opt
 data, element-wise work, and what is left of the wall time: Python and the framework between kernels.
 
     python benchmarks/profile_step.py [--experiment experiments/base.yaml] [--precision fp32|bf16] [--threads N]
-        [--steps 20] [--warmup 5]
+        [--steps 20] [--warmup 5] [--top N] [--defaults]
+
+oneDNN's primitive caches are capped as a worker caps them (ablate/train/worker.py) unless the environment sets
+them. experiments/base.yaml pins the kernels the committed evidence was trained with; `--defaults` profiles
+ablate's own.
 """
 
 from __future__ import annotations
@@ -15,16 +19,21 @@ import argparse
 import time
 from collections import defaultdict
 
-import torch
-from torch.profiler import ProfilerActivity, profile, schedule
+from ablate.train.worker import bound_primitive_caches
 
-from ablate.data.batches import batch_indices, collate
-from ablate.data.dataset import load_dataset
-from ablate.data.tokenizer import PAD
-from ablate.model.transformer import build_model
-from ablate.sweep.experiment import load_experiment
-from ablate.train.device import device_name
-from ablate.train.trainer import Trainer
+bound_primitive_caches()  # as a worker trains: before torch loads, unless the environment sets them
+
+import torch  # noqa: E402
+from defaults import default_kernels  # noqa: E402  (benchmarks/defaults.py)
+from torch.profiler import ProfilerActivity, profile, schedule  # noqa: E402
+
+from ablate.data.batches import batch_indices, collate  # noqa: E402
+from ablate.data.dataset import load_dataset  # noqa: E402
+from ablate.data.tokenizer import PAD  # noqa: E402
+from ablate.model.transformer import build_model  # noqa: E402
+from ablate.sweep.experiment import load_experiment  # noqa: E402
+from ablate.train.device import device_name  # noqa: E402
+from ablate.train.trainer import Trainer  # noqa: E402
 
 # operator name -> category, by the first pattern it contains (self time: each op counted once)
 CATEGORIES = [
@@ -57,12 +66,16 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
     parser.add_argument("--steps", type=int, default=20, help="optimizer steps profiled")
     parser.add_argument("--warmup", type=int, default=5, help="steps before profiling")
+    parser.add_argument("--top", type=int, default=0, help="also list the N operators with the most self time")
+    parser.add_argument("--defaults", action="store_true",
+                        help="ablate's default kernels (benchmarks/defaults.py), not those experiments/base.yaml pins "
+                        "for the committed evidence")  # fmt: skip
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
-    overrides = [f"training.precision={args.precision}", "training.validate_every=100000",
-                 "training.checkpoint_every=null", "evaluation.average_checkpoints=1", "training.diagnostics_every=0",
-                 f"training.max_steps={args.warmup + args.steps}"]  # fmt: skip
+    overrides = [*(default_kernels() if args.defaults else []), f"training.precision={args.precision}",
+                 "training.validate_every=100000", "training.checkpoint_every=null", "evaluation.average_checkpoints=1",
+                 "training.diagnostics_every=0", f"training.max_steps={args.warmup + args.steps}"]  # fmt: skip
     spec = load_experiment(args.experiment, overrides).baseline.spec
     data = load_dataset(spec.data, spec.tokenizer)
     torch.manual_seed(1)
@@ -100,9 +113,15 @@ def main() -> None:
     print(f"{'the optimizer (Optimizer.step, total)':<34} {optimizer_ms:>9.1f} {optimizer_ms / wall:>7.1%}")
     print(f"{'Python, data and framework between':<34} {wall - kernels:>9.1f} {(wall - kernels) / wall:>7.1%}")
     print(f"{'wall time of the profiled steps':<34} {wall:>9.1f} {1:>7.1%}")
+    if args.top:
+        print(f"{'operator (self time)':<50} {'ms':>9} {'share':>7} {'calls':>7}")
+        for e in sorted(prof.key_averages(), key=lambda e: -e.self_cpu_time_total)[: args.top]:
+            ms = e.self_cpu_time_total / 1000
+            print(f"{e.key[:50]:<50} {ms:>9.1f} {ms / wall:>7.1%} {e.count:>7}")
     slots = real = 0
-    for indices in batch_indices(data.train, spec.training.max_tokens, spec.training.seed * 100_003):
-        batch = collate([data.train[i] for i in indices])
+    width = spec.training.shape_buckets
+    for indices in batch_indices(data.train, spec.training.max_tokens, spec.training.seed * 100_003, width):
+        batch = collate([data.train[i] for i in indices], width)
         slots += batch.src.numel() + batch.tgt.numel() - batch.tgt.size(0)
         real += batch.src_tokens + batch.tgt_tokens
     print(f"padding: {1 - real / slots:.1%} of the token slots of an epoch's batches (source and target input)")

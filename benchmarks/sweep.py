@@ -11,7 +11,10 @@ and the aggregate MFU of its training: the runs' mean training FLOP/s times the 
 over the peak of all cores (a timed matmul on every core, in the runs' precision).
 
     python benchmarks/sweep.py [--experiment experiments/pe.yaml] [--steps 200] [--seeds 1] [--only RUN,RUN]
-                               [--repeat 1]
+                               [--repeat 1] [--pinned]
+
+experiments/base.yaml pins the kernels the committed evidence was trained with; this trains with ablate's
+defaults (benchmarks/defaults.py) unless `--pinned`.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ import time
 from pathlib import Path
 
 import torch
+from defaults import default_kernels  # benchmarks/defaults.py
 
 from ablate.train.device import cpu_isa, cpu_model, native_bf16
 from ablate.train.flops import peak_flops
@@ -33,10 +37,12 @@ from ablate.train.flops import peak_flops
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def leg(experiment: str, steps: int, seeds: str, only: list[str], threads: int | None, results: Path) -> float:
+def leg(experiment: str, steps: int, seeds: str, only: list[str], threads: int | None, results: Path,
+        overrides: list[str]) -> float:  # fmt: skip
     """Wall seconds of one `ablate run` of the short sweep; exits if it fails."""
     command = [sys.executable, "-m", "ablate.cli", "run", experiment, "--results", str(results), "--seeds", seeds,
                "--set", f"training.max_steps={steps}", "--set", f"training.validate_every={steps}"]  # fmt: skip
+    command += [arg for override in overrides for arg in ("--set", override)]
     command += [f"--only={name}" for name in only]
     if threads is not None:
         command += ["--threads-per-run", str(threads)]
@@ -56,11 +62,15 @@ def main() -> None:
     parser.add_argument("--only", default="", help="runs of the experiment to train (default: all)")
     parser.add_argument("--seeds", default="1", help="as ablate run --seeds (default: 1, each run once)")
     parser.add_argument("--repeat", type=int, default=1, help="legs of each kind, alternated")
+    parser.add_argument("--pinned", action="store_true",
+                        help="train with the kernels experiments/base.yaml pins for the committed evidence, not "
+                        "ablate's defaults (benchmarks/defaults.py)")  # fmt: skip
     args = parser.parse_args()
+    overrides = [] if args.pinned else default_kernels()
     cores = len(os.sched_getaffinity(0))
     only = [name for name in args.only.split(",") if name]
     print(f"{cpu_model()} ({cpu_isa()}, {'native' if native_bf16() else 'emulated'} bf16), {cores} cores; "
-          f"{args.experiment}, {args.steps} steps a run")  # fmt: skip
+          f"{args.experiment}, {args.steps} steps a run; {' '.join(overrides) or 'the kernels it pins'}")  # fmt: skip
     times: dict[str, list[float]] = {"side by side": [], "one at a time": []}
     rates: dict[str, list[float]] = {"side by side": [], "one at a time": []}
     at_once = {"side by side": 1, "one at a time": 1}
@@ -70,7 +80,7 @@ def main() -> None:
             for name, threads in (("side by side", None), ("one at a time", cores)):
                 print(f"  {name} ({i + 1}/{args.repeat}):")
                 results = Path(tmp) / f"{name.replace(' ', '-')}-{i}"
-                times[name].append(leg(args.experiment, args.steps, args.seeds, only, threads, results))
+                times[name].append(leg(args.experiment, args.steps, args.seeds, only, threads, results, overrides))
                 done = [json.loads(path.read_text()) for path in results.glob("*/runs/*/seed-*/result.json")]
                 runs, precision = len(done), done[0]["precision"]
                 rates[name] += [r["train_tflops_per_s"] * 1e12 for r in done]

@@ -8,7 +8,10 @@ from metrics.jsonl (validation, checkpoints and the points' decoding not counted
 beside them). The CPU (model, ISA, bf16, threads), torch and precision are printed with the figures.
 
     python benchmarks/time_to_bleu.py [--steps 2400] [--every 300] [--levels 30,32,34,35,36,37]
-                                      [--set training.adam_kernel=fused] [--keep DIR]
+                                      [--set training.adam_kernel=fused] [--keep DIR] [--pinned]
+
+experiments/base.yaml pins the kernels the committed evidence was trained with; this trains with ablate's
+defaults (benchmarks/defaults.py) unless `--pinned`.
 
 The levels are test BLEU, read off a run, not chosen on it: nothing here is tuned on the test set.
 """
@@ -20,6 +23,8 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+
+from defaults import default_kernels  # benchmarks/defaults.py
 
 from ablate.rundir import read_metrics, read_result, seed_dirs
 
@@ -63,14 +68,18 @@ def main() -> None:
     parser.add_argument("--levels", default="30,32,34,35,36,37", help="test BLEU levels to time")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="as ablate run --set")
     parser.add_argument("--keep", type=Path, default=None, help="results directory to keep (default: a temporary)")
+    parser.add_argument("--pinned", action="store_true",
+                        help="train with the kernels experiments/base.yaml pins for the committed evidence, not "
+                        "ablate's defaults (benchmarks/defaults.py)")  # fmt: skip
     args = parser.parse_args()
     levels = [float(level) for level in args.levels.split(",")]
     with tempfile.TemporaryDirectory(prefix="ablate-ttb-") as tmp:
         results = args.keep or Path(tmp)
-        directory = train(args.steps, args.every, args.set, results)
+        overrides = args.set if args.pinned else [*default_kernels(), *args.set]
+        directory = train(args.steps, args.every, overrides, results)
         points, result = curve(directory), read_result(directory)
     print(f"{result.device}, torch {result.torch}, {result.precision}; experiments/base.yaml "
-          f"{' '.join(args.set)}; median step {result.step_ms} ms")  # fmt: skip
+          f"{' '.join(overrides)}; median step {result.step_ms} ms")  # fmt: skip
     print(f"{'step':>6} {'BLEU':>6} {'train s':>8} {'wall s':>8}")
     for step, bleu, seconds, wall in points:
         print(f"{step:>6} {bleu:>6.2f} {seconds:>8.1f} {wall:>8.1f}")

@@ -110,10 +110,12 @@ def write(tmp_path):
 # `--dist loadfile` a worker takes a whole file, in collection order (pyproject's `--no-loadscope-reorder`; by
 # default xdist would order files by their number of tests, which put the 4 Slurm tests, 260 s on one worker,
 # last), so these go first, slowest first: the longest processing time first keeps one worker from running a
-# slow file last while the other is idle. Each file's seconds in one `pytest -n 2 --durations=0` on a Zen 4:
-SLOWEST_FILES = ["test_runner.py", "test_check.py", "test_slurm_cluster.py", "test_report.py",  # 363, 286, 260, 125
-                 "test_budgets.py", "test_launchers.py", "test_comparisons.py", "test_cores.py",  # 108, 99, 97, 75
-                 "test_flops.py", "test_readme.py", "test_decoding.py", "test_cli.py"]  # 46, 40, 19, 19  # fmt: skip
+# slow file last while the other is idle. Each file's seconds in one `pytest -n 2 --durations=0` on a Zen 4
+# (test_stopping.py's: alone, on an AMX Xeon):
+SLOWEST_FILES = ["test_runner.py", "test_check.py", "test_slurm_cluster.py", "test_stopping.py",  # 363, 286, 260, 134
+                 "test_report.py", "test_budgets.py", "test_launchers.py", "test_comparisons.py",  # 125, 108, 99, 97
+                 "test_cores.py", "test_flops.py", "test_readme.py", "test_decoding.py",  # 75, 46, 40, 19
+                 "test_cli.py"]  # 19  # fmt: skip
 
 
 def pytest_collection_modifyitems(config, items):

@@ -1,7 +1,12 @@
-"""Token-based batches: the budget holds, every pair is used once, the order follows the seed."""
+"""Token-based batches: the budget holds, every pair is used once, the order follows the seed; length buckets
+(training.shape_buckets) bound the shapes and change no token's loss."""
 
-from ablate.data.batches import batch_indices, collate
+import pytest
+import torch
+
+from ablate.data.batches import batch_indices, bucket, collate
 from ablate.data.tokenizer import PAD
+from tests.conftest import tiny_model
 
 
 def examples(n=500):
@@ -29,3 +34,59 @@ def test_collate_right_pads_and_counts():
     assert batch.src.tolist() == [[7, 8, 2], [7, 2, PAD]]
     assert batch.tgt.tolist() == [[1, 9, 2, PAD, PAD], [1, 9, 9, 9, 2]]
     assert (batch.src_tokens, batch.tgt_tokens) == (5, 6)
+
+
+def test_buckets_cut_batches_of_one_length_and_a_few_shapes():
+    """shape_buckets: each batch is one bucket L (a multiple of the width), max_tokens // L pairs but the last of
+    its bucket, padded to L (the target to L + 1); so an epoch has at most two shapes a bucket."""
+    data, width, budget = examples(), 8, 400
+    batches = batch_indices(data, budget, seed=3, width=width)
+    assert sorted(i for b in batches for i in b) == list(range(len(data)))
+    shapes, short = set(), {}
+    for b in batches:
+        lengths = {bucket(data[i], width) for i in b}
+        assert len(lengths) == 1
+        (length,) = lengths
+        assert length % width == 0 and all(max(len(data[i][0]), len(data[i][1]) - 1) <= length for i in b)
+        if len(b) != budget // length:
+            assert len(b) < budget // length and length not in short  # one short batch a bucket
+            short[length] = len(b)
+        batch = collate([data[i] for i in b], width)
+        assert batch.src.shape == (len(b), length) and batch.tgt.shape == (len(b), length + 1)
+        shapes.add(tuple(batch.src.shape))
+    assert len(shapes) <= 2 * len({bucket(e, width) for e in data})
+    assert batch_indices(data, budget, seed=3, width=width) != batch_indices(data, budget, seed=4, width=width)
+
+
+def test_a_bucket_pads_and_counts_only_real_tokens():
+    batch = collate([([7, 8, 2], [1, 9, 2]), ([7, 2], [1, 9, 9, 9, 2])], width=8)
+    assert batch.src.tolist() == [[7, 8, 2] + [PAD] * 5, [7, 2] + [PAD] * 6]
+    assert batch.tgt.tolist() == [[1, 9, 2] + [PAD] * 6, [1, 9, 9, 9, 2] + [PAD] * 4]
+    assert (batch.src_tokens, batch.tgt_tokens) == (5, 6)
+
+
+@pytest.mark.parametrize("positions", ["sinusoidal", "learned", "rotary", "none"])
+@pytest.mark.parametrize("placement", ["post_ln", "pre_ln"])
+def test_padding_to_a_bucket_changes_no_tokens_loss(positions, placement):
+    """The padding a bucket adds is masked: every target token's loss is what it is in the batch padded to its
+    longest sentence (fp32, evaluation mode, every parameter randomised: biases and norm gains included)."""
+    model = tiny_model(positions=positions, norm_placement=placement)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.copy_(torch.randn_like(p) * 0.3)
+    g = torch.Generator().manual_seed(1)
+    pairs = [([int(t) for t in torch.randint(3, 50, (n,), generator=g)] + [2],
+              [1] + [int(t) for t in torch.randint(3, 50, (m,), generator=g)] + [2])
+             for n, m in [(5, 9), (11, 4), (2, 2), (7, 13)]]  # fmt: skip
+    plain, bucketed = collate(pairs), collate(pairs, width=16)
+    assert bucketed.src.shape[1] > plain.src.shape[1] and bucketed.tgt.shape[1] > plain.tgt.shape[1]
+
+    def token_losses(batch):
+        with torch.no_grad():
+            logits = model(batch.src, batch.tgt[:, :-1]).log_softmax(-1)
+        labels = batch.tgt[:, 1:]
+        losses = -logits.gather(-1, labels.clamp(min=0)[..., None]).squeeze(-1)
+        return [losses[i, : len(pairs[i][1]) - 1] for i in range(len(pairs))]
+
+    for a, b in zip(token_losses(plain), token_losses(bucketed), strict=True):
+        torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-5)

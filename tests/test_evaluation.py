@@ -48,3 +48,19 @@ def test_max_train_length_keeps_only_short_sources_and_the_vocabulary():
     assert short.src_vocab.encode(kept) == [e[0][:-1] for e in short.train]  # those pairs, in order, without </s>
     assert short.src_vocab.tokenizer.get_vocab() == full.src_vocab.tokenizer.get_vocab()  # learned from all 400
     assert len(short.valid) == len(full.valid) and short.tests.keys() == full.tests.keys()  # tests keep every length
+
+
+def test_lowercase_bleu_keeps_the_standard_cased_bleu_beside_it():
+    from types import SimpleNamespace
+
+    from ablate.train.evaluation import EvaluationSpec, Translation, score_tests
+
+    hyps = ["ein mann fährt Fahrrad .", "Zwei hunde spielen im schnee ."]
+    refs = ["Ein Mann fährt Fahrrad .", "Zwei Hunde spielen im Schnee ."]
+    data = SimpleNamespace(tests={"t": [("a b", r) for r in refs]})
+    scores = score_tests(data, {"t": Translation(hyps, 1.0)}, EvaluationSpec(lowercase=True))["scores"]["t"]
+    assert scores["bleu"] == round(BLEU(lowercase=True).corpus_score(hyps, [refs]).score, 2) == 100.0
+    assert scores["cased_bleu"] == round(BLEU().corpus_score(hyps, [refs]).score, 2) < 100
+    assert "case:lc" in scores["bleu_signature"] and "case:mixed" in scores["cased_bleu_signature"]
+    standard = score_tests(data, {"t": Translation(hyps, 1.0)}, EvaluationSpec())["scores"]["t"]
+    assert "cased_bleu" not in standard and standard["bleu"] == scores["cased_bleu"]

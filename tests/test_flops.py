@@ -51,6 +51,7 @@ def test_the_flop_model_predicts_the_counter_on_padded_batches(positions, change
     m.train()
     assert flop_model.batch(data, range(4)) == counted(m, collate(data))
     assert flop_model.batch(data, [2]) == counted(m, collate([data[2]]))
+    assert flop_model.batch(data, range(4), 8) == counted(m, collate(data, 8))  # a bucket: S = T = 16
 
 
 def test_attention_costs_what_the_paper_says():

@@ -304,9 +304,10 @@ def test_two_gloo_processes_train_like_one(tmp_path):
             w[key] = other[key] = 0
         # Round-off differs between 1 process and 2 processes of 1 thread (gloo sums the
         # gradients), and 40 Adam steps carry it: measured at most 1e-6 on a Zen 4, 1.2e-4 on an Intel
-        # Cascade Lake (the losses agree to their 4 logged decimals on both). A real sharding bug moves
-        # weights by lr-sized steps, 1e-3 and more.
-        torch.testing.assert_close(w, other, atol=5e-4, rtol=1e-4, msg=name)
+        # Cascade Lake (the losses agree to their 4 logged decimals on both); with length buckets (more
+        # padding, matmuls of other shapes) 5.9e-4 on an AMX Xeon, as much as between 1 and 2 threads in one
+        # process there. A sharding bug moves weights by lr-sized steps (2e-3 a step here), 40 of them.
+        torch.testing.assert_close(w, other, atol=1e-3, rtol=1e-4, msg=name)
 
 
 def test_submitit_local_executor_round_trip(tmp_path):

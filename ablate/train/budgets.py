@@ -161,11 +161,13 @@ class BudgetPoints:
 
     def summary(self, end: dict[str, Any]) -> dict[str, Any]:
         """result.json's `budget_points` (every point's record, by budget, the run's end last, from `end`: the
-        run's fields) and what the cooldown branches cost."""
-        last = BudgetPoint(budget=self.points[-1], step=end["steps"], status=Status.COMPLETED,
-                           **{k: end[k] for k in POINT_END_FIELDS if k in end})  # fmt: skip
+        run's fields) and what the cooldown branches cost. A run that early stopping ended never reached its last
+        point, nor those after the step it stopped at: they are not there, and its end is no budget point."""
         earlier = [read_point(self.directory, b) for b in self.points[:-1]]
-        records = [p for p in earlier if p is not None] + [last]
+        records = [p for p in earlier if p is not None]
+        if end.get("stopped_by") != "early_stopping":
+            records.append(BudgetPoint(budget=self.points[-1], step=end["steps"], status=Status.COMPLETED,
+                                       **{k: end[k] for k in POINT_END_FIELDS if k in end}))  # fmt: skip
         summary: dict[str, Any] = {"budget_points": [p.dump() for p in records]}
         branches = [p.branch for p in records if p.branch is not None]
         if branches:

@@ -2,7 +2,8 @@
 
 checkpoints/last.pt        model, optimizer, step, epoch, position, RNG states, totals (what resuming needs)
 checkpoints/last.json      its step and config hash, read without torch
-checkpoints/step-<n>.pt    the model's weights at step n; the last `evaluation.average_checkpoints` are kept
+checkpoints/step-<n>.pt    the model's weights at step n; the last `evaluation.average_checkpoints` are kept, and
+                           with `evaluation.select: best` also as many up to the best validation step
 
 Every file holds tensors, numbers, strings, lists and dicts alone, so each is read with
 `torch.load(weights_only=True)`: a crafted file (a results directory on a shared filesystem) cannot
@@ -53,17 +54,20 @@ def kept_steps(directory: Path) -> list[int]:
     return sorted(found)
 
 
-def save(directory: Path, state: dict[str, Any], step: int, config_hash: str, keep: int, weights: bool = True) -> None:
-    """The trainer's state as last.pt (and its note, last.json); with `keep` > 1 and `weights` also the weights
-    of this step, pruned to the last `keep`. The weights are written before last.pt, so last.json never names
-    a step whose weights are missing.
+def save(directory: Path, state: dict[str, Any], step: int, config_hash: str, keep: int, weights: bool = True,
+         best: int | None = None) -> None:  # fmt: skip
+    """The trainer's state as last.pt (and its note, last.json); with `keep` > 1 (or a `best` step to keep) and
+    `weights` also the weights of this step, pruned to the last `keep` and the `keep` up to step `best`. The
+    weights are written before last.pt, so last.json never names a step whose weights are missing.
 
     Only the checkpoints a run of this length would average keep weights: those `checkpoint_every` apart and
     the run's end. A checkpoint taken because training was stopped (Ctrl-C) saves no weights, or the resumed
     run would average one more step than the uninterrupted run."""
-    if keep > 1 and weights:
+    if (keep > 1 or best is not None) and weights:
         _save(weights_path(directory, step), state["model"])
-        for old in kept_steps(directory)[:-keep]:
+        steps = kept_steps(directory)
+        wanted = set(steps[-keep:]) | set(window(steps, keep, best))
+        for old in set(steps) - wanted:
             weights_path(directory, old).unlink(missing_ok=True)
     _save(directory / CHECKPOINT, state)
     write_json(directory / CHECKPOINT_INFO, {"step": step, "config_hash": config_hash})
@@ -100,7 +104,15 @@ def average(states: Sequence[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor
     return out
 
 
-def averaged_weights(directory: Path, n: int, device: torch.device | str = "cpu") -> tuple[dict, list[int]]:
-    """The mean of the last `n` kept weights, and the steps they come from."""
-    steps = kept_steps(directory)[-n:]
+def window(steps: Sequence[int], n: int, until: int | None) -> list[int]:
+    """The last `n` of `steps` at or before `until` (all of them up to the last, when `until` is None)."""
+    return [s for s in steps if until is None or s <= until][-n:]
+
+
+def averaged_weights(directory: Path, n: int, device: torch.device | str = "cpu",
+                     until: int | None = None) -> tuple[dict, list[int]]:  # fmt: skip
+    """The mean of the last `n` kept weights (up to step `until`, when given), and the steps they come from."""
+    steps = window(kept_steps(directory), n, until)
+    if until is not None and until not in steps:
+        raise ValueError(f"{directory}: no weights kept of step {until} (kept: {kept_steps(directory)})")
     return average([load(weights_path(directory, s), device) for s in steps]), steps

@@ -10,7 +10,7 @@ import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import torch
 from pydantic import Field, NonNegativeFloat, NonNegativeInt, PositiveFloat, PositiveInt, model_validator
@@ -36,10 +36,18 @@ class EvaluationSpec(Section):
     length_penalty: NonNegativeFloat = Field(0.6, description="alpha of the GNMT length penalty")
     max_extra_len: NonNegativeInt = Field(50, description="output at most source length + this many tokens")
     batch_size: PositiveInt = Field(100, description="sentences decoded together")
-    lowercase: bool = Field(False, description="lowercased BLEU, to compare with papers that report it")
+    lowercase: bool = Field(
+        False, description="lowercased BLEU, to compare with papers that report it (the cased BLEU is kept beside it)"
+    )
     average_checkpoints: PositiveInt = Field(
         1,
         description="decode the mean of the last N checkpoints (training.checkpoint_every apart); 1: the last",
+        json_schema_extra=ADDED,
+    )
+    select: Literal["last", "best"] = Field(
+        "last",
+        description="which weights are scored: last (the last average_checkpoints checkpoints) or best (the "
+        "average_checkpoints checkpoints up to the best validation of training.early_stopping's metric)",
         json_schema_extra=ADDED,
     )
     budgets: list[PositiveFloat] | None = Field(
@@ -186,6 +194,9 @@ def score_tests(data: Dataset, translations: dict[str, Translation], ev: Evaluat
         pairs = data.tests[split]
         sources, references = [p[0] for p in pairs], [p[1] for p in pairs]
         scores[split] = score(translation.hypotheses, references, ev.lowercase)
+        if ev.lowercase:  # a paper's flavour beside the standard one
+            cased = score(translation.hypotheses, references)
+            scores[split] |= {"cased_bleu": cased["bleu"], "cased_bleu_signature": cased["bleu_signature"]}
         scores[split]["by_length"] = by_length(sources, translation.hypotheses, references, ev.length_buckets,
                                                ev.lowercase)  # fmt: skip
     seconds = sum(t.seconds for t in translations.values())

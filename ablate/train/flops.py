@@ -27,7 +27,7 @@ from typing import Any
 
 import torch
 
-from ablate.data.batches import Example
+from ablate.data.batches import Example, bucket
 from ablate.train.device import CoreShare, Placement, device_name
 
 PROBES = ((1, 4, 3), (2, 4, 3), (1, 9, 3), (1, 4, 8), (2, 7, 6), (3, 5, 11))  # (B, S, T): the system's rows
@@ -47,11 +47,14 @@ class FlopModel:
     def __call__(self, b: int, s: int, t: int) -> float:
         return float(sum(c * f for c, f in zip(self.coefficients, features(b, s, t), strict=True)))
 
-    def batch(self, examples: Sequence[Example], indices: Iterable[int]) -> float:
-        """FLOPs of one batch of examples, padded as `collate` pads it (the decoder reads T = target - 1)."""
+    def batch(self, examples: Sequence[Example], indices: Iterable[int], width: int | None = None) -> float:
+        """FLOPs of one batch of examples, padded as `collate` pads it (the decoder reads T = target - 1); with a
+        bucket `width`, to the bucket's length on both sides."""
         indices = list(indices)
         s = max(len(examples[i][0]) for i in indices)
         t = max(len(examples[i][1]) for i in indices) - 1
+        if width is not None:
+            s = t = max(s, t, max(bucket(examples[i], width) for i in indices))
         return self(len(indices), s, t)
 
     @classmethod

@@ -56,6 +56,8 @@ class Pipeline:
         if outcome.status == Status.INTERRUPTED:
             return fields  # no result.json: the resumed run measures what training cost
         fields |= self.cost()
+        if outcome.stopped_early:
+            fields["stopped_by"] = "early_stopping"
         if outcome.status == Status.DIVERGED:
             return fields | {"error": outcome.reason, "peak_memory_mib": peak_memory_mib(self.at.device)}
         if self.saving and self.resumed != outcome.steps:  # a kill while decoding resumes at evaluation
@@ -174,8 +176,13 @@ class Pipeline:
         if self.rank0:
             state = which.state_dict() | {"wall_seconds": self.wall()}
             checkpoints.save(directory, state, which.step, self.job.config_hash,
-                             self.spec.evaluation.average_checkpoints, weights)  # fmt: skip
+                             self.spec.evaluation.average_checkpoints, weights, self.best_step())  # fmt: skip
         distributed.barrier()
+
+    def best_step(self) -> int | None:
+        """With `evaluation.select: best`, the best validation step so far (training.early_stopping's); else None."""
+        watch = self.trainer.watch
+        return watch.best_step if watch is not None and self.spec.evaluation.select == "best" else None
 
     def diagnose(self, step: int) -> None:
         """Rank 0's diagnostics of the model as it is at `step` (ablate.model.diagnostics), logged."""
@@ -206,6 +213,11 @@ class Pipeline:
             fields |= {"threads": torch.get_num_threads(), "cpu_ids": self.share.cores,
                        "core_share": self.share.stop()}  # fmt: skip
         timed = totals.timed_seconds / totals.timed_steps if totals.timed_steps else totals.step_seconds / outcome.steps
+        watch = self.trainer.watch
+        if watch is not None:
+            fields["early_stopping"] = {"metric": watch.metric, "stopped": outcome.stopped_early,
+                                        "best_step": watch.best_step, "best": watch.best,
+                                        "validations_since_best": watch.since_best}  # fmt: skip
         return fields | {
             "status": outcome.status, "steps": outcome.steps, "epochs": round(outcome.epochs, 2),
             "train_seconds": round(totals.train_seconds, 1),
@@ -239,13 +251,17 @@ class Pipeline:
         return record | score_tests(self.data, translations, self.spec.evaluation)
 
     def average(self, weights_dir: Path) -> dict[str, Any]:
-        """Loads the mean of the last `evaluation.average_checkpoints` checkpoints into the model; their steps."""
-        n = self.spec.evaluation.average_checkpoints
-        if n <= 1:
+        """Loads the mean of the last `evaluation.average_checkpoints` checkpoints into the model (with `select:
+        best`, the last up to the best validation step); their steps."""
+        n, best = self.spec.evaluation.average_checkpoints, self.best_step()
+        if n <= 1 and best is None:
             return {}
-        weights, steps = checkpoints.averaged_weights(weights_dir, n, self.at.device)
+        weights, steps = checkpoints.averaged_weights(weights_dir, n, self.at.device, until=best)
         self.model.load_state_dict(weights)
-        self.log.say(f"averaged the checkpoints of steps {', '.join(map(str, steps))}")
+        if n == 1:
+            self.log.say(f"scoring the weights of the best validation, step {best}")
+        else:
+            self.log.say(f"averaged the checkpoints of steps {', '.join(map(str, steps))}")
         return {"averaged_steps": steps}
 
     def validate(self, step: int) -> dict[str, Any]:

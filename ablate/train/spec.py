@@ -44,6 +44,23 @@ class RunSpec(Section):
         return self
 
     @model_validator(mode="after")
+    def _select_best(self) -> RunSpec:
+        """The best weights are those of a validation step, kept: every validation is a checkpoint with weights."""
+        if self.evaluation.select != "best":
+            return self
+        training, where = self.training, ("evaluation", "select")
+        if training.early_stopping is None:
+            raise SpecValueError("best needs training.early_stopping: its metric says which validation is best", where)
+        every, validate = training.checkpoint_every, training.validate_every
+        if every is None or validate is None or validate % every:
+            raise SpecValueError(f"best needs training.validate_every ({validate}) to be a multiple of "
+                                 f"training.checkpoint_every ({every}), so that every validation keeps its weights",
+                                 where)  # fmt: skip
+        if self.evaluation.budgets is not None and SCHEDULE.build(training.schedule, d_model=1).cooldown is not None:
+            raise SpecValueError("best cannot score wsd's budget points: a cooldown branch does not validate", where)
+        return self
+
+    @model_validator(mode="after")
     def _joint_vocabulary(self) -> RunSpec:
         tying = self.model.tying
         if tying.cls.joint_vocabulary and not self.tokenizer.joint:

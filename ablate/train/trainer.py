@@ -29,6 +29,7 @@ from ablate.train.distributed import all_sum, any_rank
 from ablate.train.flops import FlopModel
 from ablate.train.loss import smoothed_cross_entropy_sum
 from ablate.train.schedules import SCHEDULE
+from ablate.train.stopping import EarlyStoppingSpec, Watch
 
 
 class TrainingSpec(Section):
@@ -54,6 +55,13 @@ class TrainingSpec(Section):
     )
     clip_norm: PositiveFloat | None = Field(None, description="clip the gradient's global norm to this")
     max_tokens: PositiveInt = Field(4096, description="tokens a batch, padding included, on the longer side")
+    shape_buckets: PositiveInt | None = Field(
+        8,
+        description="pad every batch to its bucket, a multiple of this many tokens on both sides, with max_tokens // "
+        "bucket pairs: two shapes a bucket, whose kernels are built once (ablate/data/batches.py); null: each batch "
+        "padded to its longest sentence",
+        json_schema_extra=added(was=None),
+    )
     batch_tokens: PositiveInt | None = Field(None, description="accumulate batches until this many target tokens")
     max_steps: PositiveInt | None = Field(None, description="stop after this many optimizer steps")
     max_epochs: PositiveInt | None = Field(None, description="stop after this many passes over the data")
@@ -74,6 +82,12 @@ class TrainingSpec(Section):
         None,
         description="the device's peak TFLOP/s for MFU; default: a timed matmul, measured once a machine",
         json_schema_extra=BOOKKEEPING,
+    )
+    early_stopping: EarlyStoppingSpec | None = Field(
+        None,
+        description="stop when the validation curve stops improving: {metric: valid_loss | valid_bleu, patience: N "
+        "validations, min_delta: x}; the budget (max_steps, ...) stays the cap; null: train to the budget",
+        json_schema_extra=ADDED,
     )
     validate_every: PositiveInt | None = Field(
         None, description="validation loss and BLEU every N steps (and at the end); null: at every tenth of the budget"
@@ -104,6 +118,14 @@ class TrainingSpec(Section):
     def _stops(self) -> TrainingSpec:
         if all(getattr(self, budget) is None for budget in BUDGETS):
             raise SpecValueError(f"set one of {', '.join(BUDGETS)}: training needs a point to stop", ("max_steps",))
+        return self
+
+    @model_validator(mode="after")
+    def _early_stopping(self) -> TrainingSpec:
+        stopping = self.early_stopping
+        if stopping is not None and stopping.metric == "valid_bleu" and self.valid_bleu_pairs == 0:
+            raise SpecValueError("metric valid_bleu needs training.valid_bleu_pairs above 0: it is the greedy BLEU "
+                                 "of those validation pairs", ("early_stopping", "metric"))  # fmt: skip
         return self
 
     def budgets(self) -> dict[str, float]:
@@ -153,6 +175,7 @@ class Outcome:
     steps: int
     epochs: float
     reason: str = ""
+    stopped_early: bool = False  # completed before the budget: the validation curve stopped improving
 
 
 @dataclass
@@ -202,6 +225,7 @@ class Trainer:
         self.flop_model: FlopModel | None = None  # set to count FLOPs (needed by a max_flops budget)
         self._since: float | None = None  # when fit last started counting train_seconds
         self._tenths = 0  # tenths of the budget validated at (see _validation_due)
+        self.watch = Watch.of(spec.early_stopping) if spec.early_stopping is not None else None
 
     def branch(self, spec: TrainingSpec) -> Trainer:
         """This trainer under another spec (a wsd budget's cooldown branch, ablate.train.budgets): the same model,
@@ -213,7 +237,9 @@ class Trainer:
 
     def updates(self, examples: Sequence[Example], epoch: int) -> list[list[list[int]]]:
         """The epoch's batches, grouped into optimizer updates of about `batch_tokens` target tokens."""
-        batches = batch_indices(examples, self.spec.max_tokens, self.spec.seed * 100_003 + epoch)
+        batches = batch_indices(
+            examples, self.spec.max_tokens, self.spec.seed * 100_003 + epoch, self.spec.shape_buckets
+        )
         if self.spec.batch_tokens is None:
             return [[b] for b in batches]
         updates, current, tokens = [], [], 0
@@ -277,11 +303,13 @@ class Trainer:
         return reached
 
     def fit(self, examples: Sequence[Example], on_step: Callable[[Progress], None] | None = None,
-            on_validate: Callable[[int], None] | None = None, on_checkpoint: Callable[[int], None] | None = None,
-            should_stop: Callable[[], bool] | None = None,
+            on_validate: Callable[[int], dict[str, Any] | None] | None = None,
+            on_checkpoint: Callable[[int], None] | None = None, should_stop: Callable[[], bool] | None = None,
             before_update: Callable[[], bool] | None = None) -> Outcome:  # fmt: skip
         """Trains until its budget is used, from wherever the trainer's step, epoch and position are.
 
+        `on_validate` returns what it measured (rank 0's), which early stopping reads (training.early_stopping:
+        the run ends completed, `stopped_early`, after the validation that exhausts its patience).
         `should_stop` is asked after every step; when it says so (on any rank), training stops with
         status `interrupted`, after `on_checkpoint`. `before_update` is called before every update (budget
         points: ablate.train.budgets); when it returns True, training stops as interrupted, and checkpointing
@@ -295,6 +323,8 @@ class Trainer:
         self._tenths = math.floor(self.progress() * VALIDATIONS)  # validations passed, without validate_every
         first = True
         updates = self.updates(examples, self.epoch)
+        if self.watch is not None and self.watch.exhausted:  # resumed from the checkpoint where it stopped
+            return self._stopped_early(self.epoch + self.epoch_fraction)
         while not self.done():
             if before_update is not None and before_update():
                 self._count_time()
@@ -307,7 +337,8 @@ class Trainer:
             update = updates[self.position]
             self.position += 1
             shards = [self.shard(b) for b in update]
-            batches = [collate([examples[i] for i in indices]) for indices, _ in shards]
+            width = spec.shape_buckets
+            batches = [collate([examples[i] for i in indices], width) for indices, _ in shards]
             n_src = sum(len(examples[i][0]) for b in update for i in b)
             n_tgt = sum(len(examples[i][1]) - 1 for b in update for i in b)
             t0 = time.perf_counter()
@@ -318,7 +349,7 @@ class Trainer:
             totals.tgt_tokens += n_tgt
             totals.step_seconds += seconds
             if self.flop_model is not None:
-                totals.flops += sum(self.flop_model.batch(examples, b[r :: self.world])
+                totals.flops += sum(self.flop_model.batch(examples, b[r :: self.world], width)
                                     for b in update for r in range(self.world) if b[r :: self.world])  # fmt: skip
             if not first:
                 totals.timed_steps += 1
@@ -334,8 +365,10 @@ class Trainer:
                 return Outcome(Status.DIVERGED, self.step, epochs, f"training loss {loss:.4g} at step {self.step}")
             last = self.done()
             if on_validate and self._validation_due() and not last:
-                on_validate(self.step)
+                record = on_validate(self.step) or {}
                 self.model.train()
+                if self._patience_exhausted(record):
+                    return self._stopped_early(epochs)
             stop = should_stop is not None and any_rank(should_stop(), self.device)
             if on_checkpoint and (stop or (spec.checkpoint_every and self.step % spec.checkpoint_every == 0)):
                 on_checkpoint(self.step)
@@ -345,6 +378,28 @@ class Trainer:
         self._count_time()
         epochs = self.epoch + (self.position / len(updates) if updates else 0.0)
         return Outcome(Status.COMPLETED, self.step, float(epochs))
+
+    def _stopped_early(self, epochs: float) -> Outcome:
+        self._count_time()
+        watch = self.watch
+        assert watch is not None
+        return Outcome(
+            Status.COMPLETED,
+            self.step,
+            epochs,
+            f"{watch.metric} did not improve on step "
+            f"{watch.best_step}'s {watch.best:g} in {watch.since_best} validations",
+            stopped_early=True,
+        )
+
+    def _patience_exhausted(self, record: dict[str, Any]) -> bool:
+        """Early stopping's look at a validation (rank 0's record; the other ranks follow its decision)."""
+        if self.watch is None:
+            return False
+        value = record.get(self.watch.metric)
+        if value is not None:
+            self.watch.see(self.step, value)
+        return any_rank(value is not None and self.watch.exhausted, self.device)
 
     def _validation_due(self) -> bool:
         """Every `validate_every` steps; without it, each time the run passes another tenth of its budget."""
@@ -381,6 +436,7 @@ class Trainer:
             "model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(), "step": self.step,
             "epoch": self.epoch, "position": self.position, "epoch_fraction": self.epoch_fraction,
             "totals": asdict(self.totals),
+            "early_stopping": self.watch.state_dict() if self.watch is not None else None,
             "rng": torch.get_rng_state(),
             "cuda_rng": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
         }  # fmt: skip
@@ -391,6 +447,8 @@ class Trainer:
         self.step, self.epoch, self.position = state["step"], state["epoch"], state["position"]
         self.epoch_fraction = state.get("epoch_fraction", 0.0)
         self.totals = Totals(**state.get("totals", {}))
+        if self.watch is not None and state.get("early_stopping") is not None:
+            self.watch.load_state_dict(state["early_stopping"])
         torch.set_rng_state(state["rng"])
         if state.get("cuda_rng") is not None and torch.cuda.is_available():
             torch.cuda.set_rng_state_all(state["cuda_rng"])
