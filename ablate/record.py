@@ -204,9 +204,10 @@ class RunResult(Evaluation):
         return self.train_src_tokens_per_s + self.train_tgt_tokens_per_s
 
     def end_point(self, unit: str) -> BudgetPoint | None:
-        """The run's end as a budget point in `unit` (max_steps, ...), when its length is counted in that alone."""
+        """The run's end as a budget point in `unit` (max_steps, ...), when its length is counted in that alone. A
+        run that early stopping ended is not a run of its budget, which was a cap it never reached: None."""
         limits = self.budget or {}
-        if list(limits) != [unit]:
+        if list(limits) != [unit] or self.stopped_by == "early_stopping":
             return None
         return BudgetPoint(budget=limits[unit], step=self.steps, **self.model_dump(include=set(POINT_FIELDS)))
 

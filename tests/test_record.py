@@ -77,6 +77,8 @@ def test_a_run_seen_at_a_budget_point_takes_the_points_scores_and_length():
     end = run.end_point("max_steps")
     assert (end.budget, end.step, end.valid_loss, end.bleu("t")) == (8000, 8000, 1.7, 37.0)
     assert run.end_point("max_flops") is None  # its length is not counted in FLOPs
+    stopped = run.model_copy(update={"steps": 2150, "stopped_by": "early_stopping"})
+    assert stopped.end_point("max_steps") is None  # it never reached its cap of 8,000: no point there
 
 
 def test_the_hash_rules_are_the_marks_on_the_fields():

@@ -5,6 +5,7 @@ independently of ablate.train.stopping; the best checkpoint is shown to be the o
 again: the loss of the scored model is the loss logged at the best step, to the digit.
 """
 
+import csv
 import json
 import os
 import signal
@@ -109,6 +110,24 @@ def test_a_run_that_reaches_its_cap_says_so(sweep):
     r = result(root / "stopping", "capped")
     assert r["steps"] == 600 and r["stopped_by"] == "max_steps"
     assert r["early_stopping"]["stopped"] is False and "averaged_steps" not in r  # select: last, one checkpoint
+
+
+def test_the_report_says_which_runs_stopped_and_where(sweep):
+    _, root = sweep
+    done = cli("report", str(root / "stopping"))
+    assert done.returncode == 0, done.stderr
+    rows = {r["run"]: r for r in csv.DictReader((root / "stopping" / "report" / "table.csv").open())}
+    for run in ("baseline", "capped"):
+        seeds = [
+            json.loads(p.read_text()) for p in sorted((root / "stopping" / "runs" / run).glob("seed-*/result.json"))
+        ]
+        stopped = sum(r["early_stopping"]["stopped"] for r in seeds)
+        assert rows[run]["stopped"] == f"{stopped}/{len(seeds)}"
+        assert float(rows[run]["steps"]) == round(sum(r["steps"] for r in seeds) / len(seeds))
+        best = [r["early_stopping"]["best_step"] for r in seeds]
+        assert float(rows[run]["best step"]) == round(sum(best) / len(best))
+    assert rows["capped"]["stopped"].startswith("0/") and float(rows["capped"]["steps"]) == 600
+    assert "which is not convergence" in done.stdout
 
 
 def test_budget_points_past_the_stop_are_not_there(sweep):

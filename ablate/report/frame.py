@@ -23,7 +23,8 @@ from ablate.report.significance import POWER_NOTE, Interval, lacks_spread, no_sp
 COLUMNS = ["run", "differs", "params", "BLEU", "BLEU std", "n", "ΔBLEU", "ΔBLEU lo", "ΔBLEU hi", "CI over", "p",
            "seeds for 80%",
            "chrF", "len ratio", "valid loss", "valid ppl", "train tok/s", "tok/s vs baseline", "decode sent/s",
-           "GFLOP/tgt tok", "train PFLOP", "TFLOP/s", "MFU", "budget", "peak MiB", "wall s", "device", "GPUs",
+           "GFLOP/tgt tok", "train PFLOP", "TFLOP/s", "MFU", "budget", "steps", "stopped", "best step", "peak MiB",
+           "wall s", "device", "GPUs",
            "GPU ids", "cores", "core share", "precision", "status", "note"]  # fmt: skip
 HIGHER_IS_BETTER = {"BLEU", "ΔBLEU", "chrF", "train tok/s", "tok/s vs baseline", "decode sent/s", "n"}
 T = TypeVar("T")
@@ -112,7 +113,8 @@ def report_frame(exp: ExperimentResults, test: str = "bs") -> tuple[pd.DataFrame
         if lacks_spread(comparison.intervals.get(run), spread):
             no_spread.append(run)
         rows.append({"run": run, **_scores(jobs, reference, split, run == exp.reference(run)),
-                     **_against(comparison, run, spread), **_costs(jobs, reference), **_machine(jobs)})  # fmt: skip
+                     **_against(comparison, run, spread), **_costs(jobs, reference), **_length(jobs),
+                     **_machine(jobs)})  # fmt: skip
     frame = _drop_empty(pd.DataFrame(rows, columns=COLUMNS, dtype=object), comparison, test)
     return frame, _notes(exp, split, comparison, test, rows, no_spread)
 
@@ -157,6 +159,26 @@ def _costs(jobs: list[JobRecord], reference: list[JobRecord]) -> dict[str, Any]:
     }  # fmt: skip
 
 
+def _length(jobs: list[JobRecord]) -> dict[str, Any]:
+    """Where early stopping could end a run (training.early_stopping): its seeds' mean steps, how many of them
+    stopped before the cap, and their mean best validation step. None for a run trained to a fixed budget."""
+    results = [j.result for j in jobs if j.ok and j.result.early_stopping is not None]
+    if not results:
+        return {"steps": None, "stopped": None, "best step": None}
+    best = _present(r.early_stopping.best_step for r in results if r.early_stopping)
+    return {"steps": round(statistics.fmean(r.steps or 0 for r in results)),
+            "stopped": f"{sum(bool(r.early_stopping and r.early_stopping.stopped) for r in results)}/{len(results)}",
+            "best step": round(statistics.fmean(best)) if best else None}  # fmt: skip
+
+
+STOPPED_NOTE = (
+    "stopped k/n: the seeds that early stopping ended (training.early_stopping: patience validations without an "
+    "improvement) before the budget, which is a cap; the others reached the cap, which is not convergence. "
+    "steps and best step are the seeds' means; BLEU is of the weights evaluation.select names (best: the "
+    "checkpoints up to the best validation)."
+)
+
+
 def _speed(jobs: list[JobRecord]) -> float | None:
     """Training tokens a second, source and target, the mean over the seeds that measured it."""
     return mean_of(_present(j.result.train_tokens_per_s for j in jobs), 0)
@@ -191,6 +213,8 @@ def _notes(exp: ExperimentResults, split: str | None, comparison: Comparison, te
     notes += explanations(comparison, test)
     if any(row["seeds for 80%"] is not None for row in rows):
         notes.append(POWER_NOTE)
+    if any(row["stopped"] is not None for row in rows):
+        notes.append(STOPPED_NOTE)
     if no_spread:
         notes.append(no_spread_note(no_spread))
     devices = dict.fromkeys(_present(j.result.device for jobs in exp.runs.values() for j in jobs))
@@ -211,7 +235,7 @@ def _notes(exp: ExperimentResults, split: str | None, comparison: Comparison, te
 def _drop_empty(frame: pd.DataFrame, comparison: Comparison, test: str) -> pd.DataFrame:
     """The table without the columns no row has a value in, and those of comparisons not made."""
     for optional in ("note", "GPU ids", "cores", "core share", "GFLOP/tgt tok", "train PFLOP", "TFLOP/s", "MFU",
-                     "budget", "seeds for 80%"):  # fmt: skip
+                     "budget", "steps", "stopped", "best step", "seeds for 80%"):  # fmt: skip
         # a re-run after a spec change, GPUs handed out, results from before FLOPs were counted: else no column
         if frame[optional].isna().all():
             frame = frame.drop(columns=optional)

@@ -15,7 +15,7 @@ import pandas as pd
 from ablate.report.frame import BUSY, SPEED
 
 TEXT_COLUMNS = {"run", "differs", "device", "precision", "status", "note", "GPU ids", "cores", "CI over", "budget",
-                "rates", "diverged at", "between", "trained alone as", "machine",
+                "stopped", "rates", "diverged at", "between", "trained alone as", "machine",
                 "verdict"}  # fmt: skip  # left-aligned; the rest numbers
 FILES = {"md": "table.md", "csv": "table.csv", "latex": "table.tex", "html": "table.html"}  # format -> report/ file
 FORMATS = ("terminal", *FILES)  # what `ablate report --format` takes
