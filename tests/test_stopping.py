@@ -43,6 +43,7 @@ variants:
   averaged: {evaluation.average_checkpoints: 3}
   capped: {training.early_stopping: {metric: valid_loss, patience: 100}, evaluation.select: last}
   points: {evaluation.select: last, evaluation.budgets: [100, 600]}
+  improving: {training.max_steps: 100, training.early_stopping: {metric: valid_loss, patience: 100}}
 """
 ONE_THREAD = ["--threads-per-run", "1"]
 
@@ -110,6 +111,13 @@ def test_a_run_that_reaches_its_cap_says_so(sweep):
     r = result(root / "stopping", "capped")
     assert r["steps"] == 600 and r["stopped_by"] == "max_steps"
     assert r["early_stopping"]["stopped"] is False and "averaged_steps" not in r  # select: last, one checkpoint
+
+
+def test_a_run_still_improving_at_its_cap_scores_its_last_step(sweep):
+    _, root = sweep
+    r = result(root / "stopping", "improving")
+    assert r["steps"] == 100 and r["stopped_by"] == "max_steps" and r["early_stopping"]["stopped"] is False
+    assert r["early_stopping"]["best_step"] == 100 and r["averaged_steps"] == [100]
 
 
 def test_the_report_says_which_runs_stopped_and_where(sweep):

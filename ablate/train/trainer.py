@@ -364,10 +364,12 @@ class Trainer:
                 self._count_time()
                 return Outcome(Status.DIVERGED, self.step, epochs, f"training loss {loss:.4g} at step {self.step}")
             last = self.done()
-            if on_validate and self._validation_due() and not last:
+            # the end is validated by the pipeline, on the weights it scores; with early stopping the watch sees the
+            # last step too, so that a run still improving at its cap has its last step as the best
+            if on_validate and self._validation_due() and (not last or self.watch is not None):
                 record = on_validate(self.step) or {}
                 self.model.train()
-                if self._patience_exhausted(record):
+                if self._patience_exhausted(record) and not last:
                     return self._stopped_early(epochs)
             stop = should_stop is not None and any_rank(should_stop(), self.device)
             if on_checkpoint and (stop or (spec.checkpoint_every and self.step % spec.checkpoint_every == 0)):
