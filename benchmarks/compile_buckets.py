@@ -46,8 +46,8 @@ def main() -> None:
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
-    overrides = [*default_kernels(), f"training.precision={args.precision}", "training.checkpoint_every=null",
-                 "evaluation.average_checkpoints=1"]  # fmt: skip
+    overrides = [*default_kernels(), "training.shape_buckets=8", f"training.precision={args.precision}",
+                 "training.checkpoint_every=null", "evaluation.average_checkpoints=1"]  # fmt: skip
     spec = load_experiment(args.experiment, overrides).baseline.spec
     training = spec.training
     data = load_dataset(spec.data, spec.tokenizer)

@@ -110,6 +110,9 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=20, help="timed steps of each arm")
     parser.add_argument("--warmup", type=int, default=5, help="untimed steps of each arm first")
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="as ablate run --set, on the recipe: what 'as is' is (e.g. the kernels an experiment file "
+                        "that does not extend experiments/base.yaml leaves at ablate's defaults)")  # fmt: skip
     args = parser.parse_args()
     arms = [a for a in args.arms.split(",") if a]
     if unknown := sorted({lever for a in arms for lever in a.split("-")} - set(LEVERS)):
@@ -119,14 +122,14 @@ def main() -> None:
     if args.threads:
         torch.set_num_threads(args.threads)
     overrides = ["training.precision=fp32", "training.validate_every=100000", "training.checkpoint_every=null",
-                 "training.diagnostics_every=0", "evaluation.average_checkpoints=1"]  # fmt: skip
+                 "training.diagnostics_every=0", "evaluation.average_checkpoints=1", *args.set]  # fmt: skip
     spec = load_experiment(args.experiment, overrides).baseline.spec
     data = load_dataset(spec.data, spec.tokenizer)
     torch.manual_seed(1)
     model = build_model(spec.model, len(data.src_vocab), len(data.tgt_vocab), pad_id=PAD)
     trainers = {name: trainer(name, copy.deepcopy(model), spec.training, spec.model.d_model)
                 for name in ["as is", *arms]}  # fmt: skip
-    batches = {name: first_batches(data.train, t.spec, args.warmup + args.steps) for name, t in trainers.items()}
+    batches = {name: first_batches(data.train, t, args.warmup + args.steps) for name, t in trainers.items()}
     times: dict[str, list[float]] = {name: [] for name in trainers}
     tokens: dict[str, int] = dict.fromkeys(trainers, 0)
     warmup: dict[str, float] = dict.fromkeys(trainers, 0.0)
@@ -156,10 +159,11 @@ def main() -> None:
               f"{rate[name] / rate['as is']:>8.2f}x {warmup[name]:>10.1f}")  # fmt: skip
 
 
-def first_batches(examples, spec, n: int) -> list:
-    """The first `n` batches of the first epoch as a trainer under `spec` cuts them: with `shape_buckets`, its own."""
-    indices = batch_indices(examples, spec.max_tokens, spec.seed * 100_003, spec.shape_buckets)
-    return [collate([examples[i] for i in b], spec.shape_buckets) for b in indices[:n]]
+def first_batches(examples, trainer: Trainer, n: int) -> list:
+    """The first `n` batches of the first epoch as `trainer` cuts them: with length buckets, its own."""
+    spec = trainer.spec
+    indices = batch_indices(examples, spec.max_tokens, spec.seed * 100_003, trainer.width)
+    return [collate([examples[i] for i in b], trainer.width) for b in indices[:n]]
 
 
 if __name__ == "__main__":

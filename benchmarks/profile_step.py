@@ -119,7 +119,7 @@ def main() -> None:
             ms = e.self_cpu_time_total / 1000
             print(f"{e.key[:50]:<50} {ms:>9.1f} {ms / wall:>7.1%} {e.count:>7}")
     slots = real = 0
-    width = spec.training.shape_buckets
+    width = trainer.width
     for indices in batch_indices(data.train, spec.training.max_tokens, spec.training.seed * 100_003, width):
         batch = collate([data.train[i] for i in indices], width)
         slots += batch.src.numel() + batch.tgt.numel() - batch.tgt.size(0)

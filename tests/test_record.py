@@ -90,7 +90,7 @@ def test_the_hash_rules_are_the_marks_on_the_fields():
 
 # Fields whose default changed when they were added (issue 37's faster kernels): what runs did before them.
 CHANGED = {("model", "dropout_sampler"): "bernoulli", ("training", "cross_entropy"): "torch",
-           ("training", "adam_kernel"): "default"}  # fmt: skip
+           ("training", "adam_kernel"): "default", ("training", "shape_buckets"): None}  # fmt: skip
 
 
 def test_a_spec_stored_before_a_faster_default_reads_and_hashes_as_the_run_it_was():
@@ -99,7 +99,7 @@ def test_a_spec_stored_before_a_faster_default_reads_and_hashes_as_the_run_it_wa
     today = RunSpec.model_validate({"training": {"max_steps": 10}}).model_dump(mode="json")
     assert {key: today[key[0]][key[1]] for key in CHANGED} == {
         ("model", "dropout_sampler"): "bits16", ("training", "cross_entropy"): "chunked",
-        ("training", "adam_kernel"): "fused"}  # fmt: skip
+        ("training", "adam_kernel"): "fused", ("training", "shape_buckets"): "auto"}  # fmt: skip
     before = json.loads(json.dumps(today))
     for section, key in CHANGED:
         del before[section][key]

@@ -55,11 +55,11 @@ class TrainingSpec(Section):
     )
     clip_norm: PositiveFloat | None = Field(None, description="clip the gradient's global norm to this")
     max_tokens: PositiveInt = Field(4096, description="tokens a batch, padding included, on the longer side")
-    shape_buckets: PositiveInt | None = Field(
-        8,
+    shape_buckets: PositiveInt | Literal["auto"] | None = Field(
+        "auto",
         description="pad every batch to its bucket, a multiple of this many tokens on both sides, with max_tokens // "
         "bucket pairs: two shapes a bucket, whose kernels are built once (ablate/data/batches.py); null: each batch "
-        "padded to its longest sentence",
+        "padded to its longest sentence; auto: 8 in bf16 on the CPU (oneDNN builds a kernel a shape), else null",
         json_schema_extra=added(was=None),
     )
     batch_tokens: PositiveInt | None = Field(None, description="accumulate batches until this many target tokens")
@@ -127,6 +127,14 @@ class TrainingSpec(Section):
             raise SpecValueError("metric valid_bleu needs training.valid_bleu_pairs above 0: it is the greedy BLEU "
                                  "of those validation pairs", ("early_stopping", "metric"))  # fmt: skip
         return self
+
+    def bucket_width(self, device: str, precision: str) -> int | None:
+        """`shape_buckets` resolved where the run computes (`precision` resolved): `auto` is 8 for bf16 on the CPU,
+        where oneDNN builds a kernel for each matmul shape and a worker keeps 32 of them, and none elsewhere, where
+        the padding would cost more than the shapes (fp32 takes MKL's kernels; benchmarks/README.md)."""
+        if self.shape_buckets == "auto":
+            return 8 if device == "cpu" and precision == "bf16" else None
+        return self.shape_buckets
 
     def budgets(self) -> dict[str, float]:
         """The limits this run stops at, the first reached ending it: {"max_steps": 1450, ...}."""
@@ -226,6 +234,7 @@ class Trainer:
         self._since: float | None = None  # when fit last started counting train_seconds
         self._tenths = 0  # tenths of the budget validated at (see _validation_due)
         self.watch = Watch.of(spec.early_stopping) if spec.early_stopping is not None else None
+        self.width = spec.bucket_width(self.device.type, placement.precision)  # batches' bucket width, or None
 
     def branch(self, spec: TrainingSpec) -> Trainer:
         """This trainer under another spec (a wsd budget's cooldown branch, ablate.train.budgets): the same model,
@@ -237,9 +246,7 @@ class Trainer:
 
     def updates(self, examples: Sequence[Example], epoch: int) -> list[list[list[int]]]:
         """The epoch's batches, grouped into optimizer updates of about `batch_tokens` target tokens."""
-        batches = batch_indices(
-            examples, self.spec.max_tokens, self.spec.seed * 100_003 + epoch, self.spec.shape_buckets
-        )
+        batches = batch_indices(examples, self.spec.max_tokens, self.spec.seed * 100_003 + epoch, self.width)
         if self.spec.batch_tokens is None:
             return [[b] for b in batches]
         updates, current, tokens = [], [], 0
@@ -337,7 +344,7 @@ class Trainer:
             update = updates[self.position]
             self.position += 1
             shards = [self.shard(b) for b in update]
-            width = spec.shape_buckets
+            width = self.width
             batches = [collate([examples[i] for i in indices], width) for indices, _ in shards]
             n_src = sum(len(examples[i][0]) for b in update for i in b)
             n_tgt = sum(len(examples[i][1]) - 1 for b in update for i in b)
