@@ -4,8 +4,9 @@ A run validates every `training.validate_every` steps. Each validation either im
 more than `min_delta` in the metric's direction (valid_loss down, valid_bleu up), or does not; after
 `patience` validations in a row that do not, training stops. `training.max_steps` (or another budget) stays
 the cap: a run that reaches it was not stopped, and the record says which happened (ablate.record.RunResult:
-stopped_early, best_step, best_valid). The state (best, its step, the count) is in the trainer's checkpoint, so
-a run killed and resumed stops where the uninterrupted run stops.
+`stopped_by`, and `early_stopping` with the metric, whether it stopped, the best step and value). The state
+(best, its step, the count) is in the trainer's checkpoint, so a run killed and resumed stops where the
+uninterrupted run stops.
 """
 
 from __future__ import annotations
