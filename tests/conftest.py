@@ -66,6 +66,17 @@ def cli(*args: str, cwd: Path = ROOT, env: dict[str, str] | None = None,
                           preexec_fn=on_cores(cores))  # fmt: skip
 
 
+def trained_experiment(tmp_path_factory, name: str, text: str, *args: str) -> tuple[Path, Path]:
+    """An experiment file `name`.yaml holding `text`, trained by `ablate run` with `args` into a fresh results
+    directory: (the file, the results directory)."""
+    root = tmp_path_factory.mktemp(name)
+    path = root / f"{name}.yaml"
+    path.write_text(text)
+    done = cli("run", str(path), "--results", str(root / "results"), *args)
+    assert done.returncode == 0, done.stderr
+    return path, root / "results"
+
+
 @dataclass(frozen=True)
 class SmokeRun:
     """`ablate run experiments/smoke.yaml`, as a user types it: its output and its results directory."""

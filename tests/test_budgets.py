@@ -24,7 +24,7 @@ from ablate.rundir import POINT, budget_dir, budget_name, write_result
 from ablate.train.budgets import BudgetPoints
 from ablate.train.schedules import SCHEDULE
 from ablate.train.trainer import TrainingSpec
-from tests.conftest import cli
+from tests.conftest import cli, trained_experiment
 from tests.test_runner import losses, result, start
 
 WSD = "{name: wsd, lr: 0.003, warmup: 20, cooldown: 0.5}"
@@ -62,12 +62,7 @@ def hypotheses(directory):
 
 @pytest.fixture(scope="module")
 def sweep(tmp_path_factory):
-    root = tmp_path_factory.mktemp("points")
-    path = root / "points.yaml"
-    path.write_text(EXPERIMENT)
-    done = cli("run", str(path), "--results", str(root / "results"), *ONE_THREAD)
-    assert done.returncode == 0, done.stderr
-    return path, root / "results"
+    return trained_experiment(tmp_path_factory, "points", EXPERIMENT, *ONE_THREAD)
 
 
 def test_a_budget_point_is_the_run_trained_to_that_budget_alone(sweep):

@@ -11,7 +11,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 
 import pytest
 
@@ -20,8 +19,8 @@ from ablate.rundir import budget_dir
 from ablate.sweep.experiment import load_experiment
 from ablate.sweep.plan import Action, plan
 from ablate.train.stopping import Watch
-from tests.conftest import ROOT, cli
-from tests.test_runner import losses, result, start
+from tests.conftest import ROOT, cli, trained_experiment
+from tests.test_runner import losses, result, start, wait_for_checkpoint
 
 # Validation every 20 steps and a checkpoint at each; an improvement must exceed 0.15 nats, so that the curve
 # of this tiny model flattens out well before the cap of 600 steps.
@@ -72,12 +71,7 @@ def expected_stop(points, patience, min_delta):
 
 @pytest.fixture(scope="module")
 def sweep(tmp_path_factory):
-    root = tmp_path_factory.mktemp("stopping")
-    path = root / "stopping.yaml"
-    path.write_text(EXPERIMENT)
-    done = cli("run", str(path), "--results", str(root / "results"), *ONE_THREAD)
-    assert done.returncode == 0, done.stderr
-    return path, root / "results"
+    return trained_experiment(tmp_path_factory, "stopping", EXPERIMENT, *ONE_THREAD)
 
 
 def test_a_run_stops_where_its_validation_curve_says(sweep):
@@ -151,15 +145,11 @@ def test_kill_9_resumes_to_the_same_stop_and_scores(sweep, tmp_path):
     path, straight = sweep
     args = [str(path), "--only", "baseline", "--results", str(tmp_path), *ONE_THREAD]
     proc = start(*args)
-    info = tmp_path / "stopping" / "runs" / "baseline" / "seed-1" / "checkpoints" / "last.json"
-    deadline = time.monotonic() + 240
-    while time.monotonic() < deadline and proc.poll() is None:  # past the first validations, before the stop
-        if info.is_file() and json.loads(info.read_text() or "{}").get("step", 0) >= 60:
-            break
-        time.sleep(0.02)
+    directory = tmp_path / "stopping" / "runs" / "baseline" / "seed-1"
+    wait_for_checkpoint(directory, proc, 60, timeout=240)  # past the first validations, before the stop
     proc.send_signal(signal.SIGKILL)
     proc.communicate()
-    assert not (info.parent.parent / "result.json").exists(), "the kill came after the run ended"
+    assert not (directory / "result.json").exists(), "the kill came after the run ended"
     resumed = cli("run", *args)
     assert resumed.returncode == 0, resumed.stderr
     killed, whole = result(tmp_path / "stopping", "baseline"), result(straight / "stopping", "baseline")
@@ -175,12 +165,7 @@ def test_a_slurm_warning_checkpoints_and_the_requeued_worker_stops_the_same(swee
     path, straight = sweep
     proc = start(str(path), "--only", "baseline", "--results", str(tmp_path), *ONE_THREAD)
     directory = tmp_path / "stopping" / "runs" / "baseline" / "seed-1"
-    info = directory / "checkpoints" / "last.json"
-    deadline = time.monotonic() + 240
-    while time.monotonic() < deadline and proc.poll() is None:
-        if info.is_file() and json.loads(info.read_text() or "{}").get("step", 0) >= 60:
-            break
-        time.sleep(0.02)
+    wait_for_checkpoint(directory, proc, 60, timeout=240)
     found = subprocess.run(["pgrep", "-f", f"ablate.worker {directory}"], capture_output=True, text=True)
     os.kill(int(found.stdout.split()[0]), signal.SIGUSR2)
     proc.communicate(timeout=240)
