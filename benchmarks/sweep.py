@@ -10,7 +10,7 @@ on an otherwise idle machine; run it alone. It prints each leg's wall time, runs
 and the aggregate MFU of its training: the runs' mean training FLOP/s times the runs that trained at once,
 over the peak of all cores (a timed matmul on every core, in the runs' precision).
 
-    python benchmarks/sweep.py [--experiment experiments/pe.yaml] [--steps 200] [--seeds 1] [--only RUN,RUN]
+    python benchmarks/sweep.py [--experiment experiments/short/pe.yaml] [--steps 200] [--seeds 1] [--only RUN,RUN]
                                [--repeat 1] [--pinned]
 
 experiments/base.yaml pins the kernels the committed evidence was trained with; this trains with ablate's
@@ -57,7 +57,7 @@ def leg(experiment: str, steps: int, seeds: str, only: list[str], threads: int |
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--experiment", default="experiments/pe.yaml")
+    parser.add_argument("--experiment", default="experiments/short/pe.yaml")
     parser.add_argument("--steps", type=int, default=200, help="training steps of each run")
     parser.add_argument("--only", default="", help="runs of the experiment to train (default: all)")
     parser.add_argument("--seeds", default="1", help="as ablate run --seeds (default: 1, each run once)")
