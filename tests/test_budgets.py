@@ -17,9 +17,9 @@ import pytest
 import ablate
 from ablate.errors import SpecError
 from ablate.record import BudgetPoint, RunResult, Score, Status
-from ablate.report.budgets import holm, rank_agreement, verdict
+from ablate.report.budgets import rank_agreement, verdict
 from ablate.report.results import ExperimentResults, JobRecord
-from ablate.report.significance import Interval, lacks_spread, no_spread_note, seeds_for, seeds_needed
+from ablate.report.significance import Interval, holm, lacks_spread, no_spread_note, seeds_for, seeds_needed
 from ablate.rundir import POINT, budget_dir, budget_name, write_result
 from ablate.train.budgets import BudgetPoints
 from ablate.train.schedules import SCHEDULE
@@ -318,12 +318,13 @@ def scored(bleu: float) -> dict[str, Score]:
 
 def test_holm_keeps_the_rows_that_survive_the_step_down():
     ps = {"a": 0.01, "b": 0.04, "c": 0.03, "d": 0.005}  # plain: all four below 0.05
-    rows = {(run, 100.0): interval(1.0, p) for run, p in ps.items()}
+    rows = {(run, 100.0): interval(1.0, p).p_value() for run, p in ps.items()}
+    assert rows == pytest.approx({(run, 100.0): p for run, p in ps.items()}, rel=1e-5)  # the interval's own p
     # sorted 0.005 <= 0.05/4, 0.01 <= 0.05/3, then 0.03 > 0.05/2 stops it
     assert holm(rows) == {("d", 100.0), ("a", 100.0)}
     # the family-wise rate is not the intervals' level: p = 0.06 alone survives at 0.10 from a 95% interval
-    assert holm({("e", 100.0): interval(1.0, 0.06)}, alpha=0.10) == {("e", 100.0)}
-    assert holm({("e", 100.0): interval(1.0, 0.06)}) == set()
+    assert holm({"e": interval(1.0, 0.06).p_value()}, alpha=0.10) == {"e"}
+    assert holm({"e": interval(1.0, 0.06).p_value()}) == set()
 
 
 @pytest.mark.parametrize(

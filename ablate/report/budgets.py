@@ -30,6 +30,7 @@ from ablate.report.significance import (
     ALPHA,
     POWER_NOTE,
     Interval,
+    holm,
     lacks_spread,
     no_spread_note,
     pooled_sd,
@@ -137,7 +138,7 @@ def budget_table(exp: ExperimentResults) -> Budgets | None:
             })  # fmt: skip
     order = list(exp.runs)
     rows.sort(key=lambda r: (order.index(r["run"]), float(r["budget"])))  # a run's points together, in order
-    survivors = holm(intervals)
+    survivors = holm({key: interval.p_value() for key, interval in intervals.items()})
     for row in rows:
         key = next((k for k in intervals if k[0] == row["run"] and budget_name(k[1]) == row["budget"]), None)
         if key is not None:
@@ -163,29 +164,6 @@ def budget_table(exp: ExperimentResults) -> Budgets | None:
     verdict_lines = verdicts(exp, intervals, points)
     counted = BUDGET_UNITS.get(unit(exp) or "", "")
     return Budgets(points, counted, frame, notes, agreement, agreement_notes, verdict_lines, intervals)
-
-
-def holm(intervals: dict[tuple[str, float], Interval], alpha: float = ALPHA) -> set[tuple[str, float]]:
-    """The rows whose difference from 0 survives Holm's step-down correction over all of them.
-
-    Each interval is Δ ± t(0.5 + level/2; df)·se at its own level, so its two-sided p is 2·P(T_df > |Δ|/se);
-    `alpha` is the family-wise error rate alone.
-    """
-    from scipy.stats import t
-
-    def p_value(i: Interval) -> float:
-        if i.high == i.low:
-            return 0.0 if i.delta else 1.0
-        se = (i.high - i.low) / 2 / float(t.ppf(0.5 + i.level / 2, i.df))
-        return float(2 * t.sf(abs(i.delta) / se, i.df))
-
-    ranked = sorted(intervals, key=lambda k: p_value(intervals[k]))
-    survivors = set()
-    for rank, key in enumerate(ranked):
-        if p_value(intervals[key]) > alpha / (len(ranked) - rank):
-            break
-        survivors.add(key)
-    return survivors
 
 
 def rank_agreement(exp: ExperimentResults, views: dict[float, ExperimentResults],

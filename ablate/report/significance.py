@@ -26,13 +26,15 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import TypeVar
 
 import numpy as np
 
 ALPHA, POWER = 0.05, 0.8
 MAX_SEEDS = 1000  # a power analysis that needs more says so instead of a number
 
+K = TypeVar("K")
 Scorer = Callable[[np.ndarray], np.ndarray]  # summed statistics (M, K) -> one corpus score each (M,)
 
 
@@ -46,10 +48,54 @@ class Interval:
     seeds: bool
     df: float  # degrees of freedom of the t quantile
     level: float = 0.95  # its confidence level: low, high = delta ∓ t(0.5 + level/2; df)·se
+    # the variance of delta from the test sentences, the reference's seeds and the system's (0 where not counted)
+    terms: tuple[float, float, float] = (0.0, 0.0, 0.0)
 
     @property
     def excludes_zero(self) -> bool:
         return self.low > 0 or self.high < 0
+
+    @property
+    def se(self) -> float:
+        """The standard error of delta: the root of its variances, or from the half-width and its t quantile."""
+        from scipy.stats import t
+
+        if any(self.terms):
+            return math.sqrt(sum(self.terms))
+        if self.high == self.low:
+            return 0.0
+        return (self.high - self.low) / 2 / float(t.ppf(0.5 + self.level / 2, self.df))
+
+    def p_value(self) -> float:
+        """The two-sided p of delta = 0 under the interval's t distribution: 2·P(T_df > |delta| / se)."""
+        from scipy.stats import t
+
+        if self.se == 0:
+            return 0.0 if self.delta else 1.0
+        return float(2 * t.sf(abs(self.delta) / self.se, self.df))
+
+    def at(self, level: float) -> Interval:
+        """The same estimate at another confidence level: delta ∓ t(0.5 + level/2; df)·se."""
+        from scipy.stats import t
+
+        half = float(t.ppf(0.5 + level / 2, self.df)) * self.se
+        return replace(self, low=self.delta - half, high=self.delta + half, level=level)
+
+
+def t_interval(delta: float, terms: tuple[float, float, float], dfs: tuple[float, float, float], level: float = 0.95,
+               seeds: bool = True) -> Interval:  # fmt: skip
+    """delta ± t(0.5 + level/2; ν)·√(sum of the variances), ν by Welch-Satterthwaite from each term's degrees of
+    freedom; a term with 0 degrees of freedom is not counted."""
+    from scipy.stats import t
+
+    kept = [(v, d) for v, d in zip(terms, dfs, strict=True) if d > 0]
+    variance = sum(v for v, _ in kept)
+    counted = tuple(v if d > 0 else 0.0 for v, d in zip(terms, dfs, strict=True))
+    if variance == 0:
+        return Interval(delta, delta, delta, seeds, float("inf"), level, counted)
+    df = variance**2 / sum(v**2 / d for v, d in kept if v > 0)
+    half = float(t.ppf(0.5 + level / 2, df)) * variance**0.5
+    return Interval(delta, delta - half, delta + half, seeds, df, level, counted)
 
 
 def bleu_statistics(hypotheses: Sequence[str], references: Sequence[str], lowercase: bool) -> np.ndarray:
@@ -86,9 +132,7 @@ def delta_interval(baseline: np.ndarray, system: np.ndarray, score: Scorer, leve
     `baseline` (S_b, N, K) and `system` (S_v, N, K): per-seed, per-sentence statistics on the same N
     test sentences; `score` turns statistics summed over sentences into a corpus score.
     """
-    from scipy.stats import t
-
-    (s_b, n, k), s_v = baseline.shape, system.shape[0]
+    n, k = baseline.shape[1:]
     if system.shape[1:] != (n, k):
         raise ValueError(f"the system's statistics {system.shape[1:]} do not match the baseline's {(n, k)}")
     full_b, full_v = score(baseline.sum(1)), score(system.sum(1))  # (S_b,), (S_v,)
@@ -102,16 +146,20 @@ def delta_interval(baseline: np.ndarray, system: np.ndarray, score: Scorer, leve
         return score(sums.reshape(-1, k)).reshape(resamples, -1).mean(1)
 
     v_test = float(np.var(resampled(system) - resampled(baseline), ddof=1))
-    terms = [(v_test, n - 1)]  # (variance, its degrees of freedom)
+    return seed_interval(delta, v_test, n, full_b, full_v, level)
+
+
+def seed_interval(delta: float, v_test: float, sentences: int, baseline: Sequence[float], system: Sequence[float],
+                  level: float = 0.95) -> Interval:  # fmt: skip
+    """The interval of `delta` from its test-set variance (over `sentences`) and each arm's per-seed scores: each
+    arm's mean has its seeds' sample variance over their number, with seeds − 1 degrees of freedom; an arm of one
+    seed leaves the seed level out (`seeds` False)."""
+    s_b, s_v = len(baseline), len(system)
     seeds = s_b > 1 and s_v > 1
-    if seeds:
-        terms += [(float(np.var(full_b, ddof=1)) / s_b, s_b - 1), (float(np.var(full_v, ddof=1)) / s_v, s_v - 1)]
-    variance = sum(v for v, _ in terms)
-    if variance == 0:
-        return Interval(delta, delta, delta, seeds, float("inf"), level)
-    df = variance**2 / sum(v**2 / d for v, d in terms if v > 0)  # Welch-Satterthwaite
-    half = float(t.ppf(0.5 + level / 2, df)) * variance**0.5
-    return Interval(delta, delta - half, delta + half, seeds, df, level)
+    if not seeds:
+        return t_interval(delta, (v_test, 0.0, 0.0), (sentences - 1, 0, 0), level, seeds)
+    terms = (v_test, float(np.var(baseline, ddof=1)) / s_b, float(np.var(system, ddof=1)) / s_v)
+    return t_interval(delta, terms, (sentences - 1, s_b - 1, s_v - 1), level, seeds)
 
 
 def paired_test(baseline: Sequence[str], systems: dict[str, Sequence[str]], references: Sequence[str],
@@ -135,6 +183,16 @@ def paired_test(baseline: Sequence[str], systems: dict[str, Sequence[str]], refe
     # sacreBLEU counts resampled differences strictly above the observed one (multeval's convention), so a system
     # identical to the baseline gets 1/(n+1), which reads as significant; no difference is p = 1
     return {name: 1.0 if list(systems[name]) == named[0][1] else value for name, value in p.items()}
+
+
+def holm(p: dict[K, float], alpha: float = ALPHA) -> set[K]:
+    """The keys whose p-values survive Holm's step-down correction over all of them (family-wise error `alpha`)."""
+    survivors = set()
+    for rank, key in enumerate(sorted(p, key=p.__getitem__)):
+        if p[key] > alpha / (len(p) - rank):
+            break
+        survivors.add(key)
+    return survivors
 
 
 def pooled_sd(a: list[float], b: list[float]) -> float | None:
