@@ -89,6 +89,16 @@ def build_parser() -> Parser:
                      help="a further sbatch option (repeatable): --slurm account=nlp --slurm qos=high")  # fmt: skip
     run.add_argument("--no-wait", action="store_true",
                      help="with slurm: submit and return; run the same command again to collect")  # fmt: skip
+    run.add_argument("--margin", type=_margin, metavar="BLEU",
+                     help="declare a margin of equivalence over the experiment's `margin:`, before looking: a row "
+                     "whose interval lies inside ±BLEU is equivalent (written to results/<experiment>/design.json; "
+                     "docs/reports.md)")  # fmt: skip
+    run.add_argument("--until-decided", action="store_true",
+                     help="train the first seeds, then one more seed for each undecided row (and the baseline where "
+                     "it limits them) until every row is better, worse or equivalent, or has --max-seeds; false "
+                     "decisions kept at 5%% over all the looks (docs/reports.md)")  # fmt: skip
+    run.add_argument("--max-seeds", type=_positive, metavar="N",
+                     help="with --until-decided: the most seeds a run may have")  # fmt: skip
     run.set_defaults(handler=cmd_run)
 
     report = commands.add_parser("report", help="comparison tables, cards and plots rebuilt from results")
@@ -111,6 +121,9 @@ def build_parser() -> Parser:
                         "its own best rate (best-lr)")  # fmt: skip
     report.add_argument("--at-budget", type=_budget, metavar="N",
                         help="every run as it stood at budget point N (evaluation.budgets)")  # fmt: skip
+    report.add_argument("--margin", type=_margin, metavar="BLEU",
+                        help="call a row equivalent when its interval lies inside ±BLEU (two one-sided tests), "
+                        "instead of the margin the experiment declared (its design.json; docs/reports.md)")  # fmt: skip
     report.add_argument("--no-files", action="store_true",
                         help="do not write <experiment>/report/ (tables, cards, plots, index.html)")  # fmt: skip
     report.set_defaults(handler=cmd_report)
@@ -219,9 +232,14 @@ def cmd_run(args: argparse.Namespace) -> int:
     slurm = {key: value for key, value in flags if value is not None}
     if args.slurm:
         slurm["additional"] = {k.replace("-", "_"): v for k, v in parse_overrides(args.slurm, "--slurm").items()}
+    if args.until_decided != (args.max_seeds is not None):
+        raise UserError("ablate run: --until-decided and --max-seeds N go together (the most seeds a run may have)")
+    if args.until_decided and (only or args.no_wait):
+        raise UserError(f"ablate run: --until-decided judges every row after every look, so it cannot take "
+                        f"{'--only' if only else '--no-wait'}")  # fmt: skip
     options = runner.Options(args.results, args.seeds, only, args.fresh, args.device, args.gpus_per_run,
-                             args.threads_per_run, args.tensorboard, args.launcher, slurm,
-                             not args.no_wait)  # fmt: skip
+                             args.threads_per_run, args.tensorboard, args.launcher, slurm, not args.no_wait,
+                             args.margin, args.max_seeds)  # fmt: skip
     if args.dry_run:
         return runner.dry_run(experiments, options, console())
     signal.signal(signal.SIGTERM, _stop_like_ctrl_c)
@@ -230,7 +248,14 @@ def cmd_run(args: argparse.Namespace) -> int:
     # ignored, and Python then leaves it ignored, so `kill -INT` would not reach the workers.
     signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
-        return runner.run(experiments, options, console())
+        if not args.until_decided:
+            return runner.run(experiments, options, console())
+        from ablate.sweep import sequential
+
+        code = runner.run(experiments, options, console(), sequential.until_decided)
+        for experiment in experiments:
+            sequential.print_verdicts(experiment, options, console())
+        return code
     except Interrupted as stop:
         print(stop, file=sys.stderr)
         return 130
@@ -248,6 +273,17 @@ def _positive(value: str) -> int:
         raise argparse.ArgumentTypeError(f"expected a positive whole number, got '{value}'") from None
     if number < 1:
         raise argparse.ArgumentTypeError(f"expected a positive whole number, got {number}")
+    return number
+
+
+def _margin(value: str) -> float:
+    """A margin of equivalence in BLEU: a positive number."""
+    try:
+        number = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a margin in BLEU such as 1.0, got '{value}'") from None
+    if not 0 < number < float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a positive margin in BLEU, got {value}")
     return number
 
 
@@ -287,7 +323,8 @@ def cmd_report(args: argparse.Namespace) -> int:
     out = console()
     reports, written = [], []
     for directory in find_experiments(args.results_dir):
-        report = build(directory, args.significance, args.at, columns, args.sort, args.reverse, args.at_budget)
+        report = build(directory, args.significance, args.at, columns, args.sort, args.reverse, args.at_budget,
+                       args.margin)  # fmt: skip
         reports.append(report)
         if args.format == "terminal":
             print_report(out, report, compact=args.columns is None)

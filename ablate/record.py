@@ -224,3 +224,15 @@ def resolved_precision(requested: str, measured: str | None) -> str:
     """A spec's `training.precision` as a run made with it trained: `auto` is what the run measured it to be
     (bf16 on CUDA and on CPUs with native bf16, else fp32); a pinned precision is itself."""
     return measured if requested == "auto" and measured else requested
+
+
+class DesignRecord(Record):
+    """An experiment's design.json: how its rows are judged (ablate.report.decide), written by `ablate run` before
+    it trains, so that the report judges as the sweep did."""
+
+    margin: float | None = Field(None, description="BLEU; a row whose interval lies inside ±margin is equivalent")
+    alpha: float = Field(0.05, description="the family-wise error of a verdict")
+    seeds: list[int] = Field(description="the seeds in the order runs take them: the experiment's, then added ones")
+    first: int = Field(description="the seeds every run starts with")
+    max_seeds: int | None = Field(None, description="sequential: the most seeds a run may have; None: fixed")
+    spending: str = Field("pocock", description="how a sequential design spends alpha over its looks")

@@ -1,5 +1,6 @@
 """The run directory of one job (a run with one seed): every file name, status, exit code and reader. No torch.
 
+results/<experiment>/design.json   how the experiment's rows are judged (ablate.report.decide), if declared
 results/<experiment>/runs/<run>/seed-<n>/
     job.json          the job record the runner hands a worker (ablate.train.job): resolved spec, config hash, device
     config.yaml       the resolved spec, for people
@@ -44,7 +45,7 @@ from pydantic import BaseModel, ValidationError
 
 from ablate.errors import SpecError
 from ablate.files import read_json, write_json, write_text
-from ablate.record import BudgetPoint, RunResult
+from ablate.record import BudgetPoint, DesignRecord, RunResult
 
 R = TypeVar("R", bound=BaseModel)
 
@@ -52,6 +53,7 @@ JOB, CONFIG, METRICS, RESULT = "job.json", "config.yaml", "metrics.jsonl", "resu
 DIAGNOSTICS = "diagnostics.jsonl"
 HYPOTHESES, CHECKPOINTS, LOG, LOCK = "hypotheses", "checkpoints", "worker.log", ".lock"
 SLURM_JOB = "slurm.json"
+DESIGN = "design.json"  # beside runs/, one an experiment
 BUDGET_POINTS, POINT = "budgets", "point.json"
 CHECKPOINT, CHECKPOINT_INFO = f"{CHECKPOINTS}/last.pt", f"{CHECKPOINTS}/last.json"
 STALE = ".stale-"  # seed-<n>.stale-<hash>: an earlier result set aside when the spec changed
@@ -311,6 +313,15 @@ def reuse(source: Path, target: Path, record: dict[str, Any], results: Path) -> 
     result = RunResult.model_validate(_read_record(source / RESULT, RunResult).model_dump(exclude_unset=True) | fields)
     write_result(target, result)
     return result
+
+
+def read_design(experiment: Path) -> DesignRecord | None:
+    """results/<experiment>/design.json, or None where none was declared."""
+    return _read_record(experiment / DESIGN, DesignRecord)
+
+
+def write_design(experiment: Path, design: DesignRecord) -> None:
+    write_json(experiment / DESIGN, design.model_dump())
 
 
 def write_slurm_job(directory: Path, job_id: str, folder: Path) -> None:

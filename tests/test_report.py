@@ -275,3 +275,36 @@ def test_a_note_says_when_rows_trained_on_different_devices(tmp_path):
     note = next(n for n in notes if "different devices" in n)
     assert note.startswith("The runs trained on 2 different devices (cpu (x86_64, 2 threads); cpu (x86_64, 1 threads))")
     assert list(frame["tok/s vs baseline"]) == [1.0, 1.0, 1.0]  # the numbers stay; the note says what they compare
+
+
+def test_verdicts_follow_the_interval_and_the_declared_margin(results, tmp_path):
+    """equivalent exactly when the 90% interval (two one-sided tests at 5%) lies inside ±margin; without a margin
+    a row is better or worse exactly when its 95% interval excludes 0 (one row judged: Holm is the plain test)."""
+    import numpy as np
+
+    from ablate.report.decide import tost
+    from ablate.report.significance import bleu_scorer, bleu_statistics, delta_interval
+
+    exp = load_results(results)
+    refs = _references(exp)
+    stats = {run: np.stack([bleu_statistics(j.hypotheses(SPLIT), refs, False) for j in exp.runs[run]])
+             for run in ("baseline", "pre_ln")}  # fmt: skip
+    interval = delta_interval(stats["baseline"], stats["pre_ln"], bleu_scorer(False))
+    inner = interval.at(0.90)
+    edge = max(-inner.low, inner.high)  # the smallest margin that holds the 90% interval
+
+    def verdict(*args):
+        table = {r["run"]: r for r in csv.DictReader(io.StringIO(report(results, "--format", "csv", "--no-files",
+                                                                          *args)))}  # fmt: skip
+        return table["pre_ln"]["verdict"]
+
+    plain = "better" if interval.low > 0 else "worse" if interval.high < 0 else "undecided"
+    assert verdict() == plain
+    assert verdict("--margin", f"{edge * 1.02:.6g}") == "equivalent" and tost(interval, edge * 1.02, 0.05)
+    assert verdict("--margin", f"{edge * 0.98:.6g}") == plain
+    text = report(results, "--format", "md", "--no-files", "--margin", "2.5")
+    assert "inside ±2.5 BLEU" in text and "The margin: --margin." in text
+    shutil.copytree(results, tmp_path / "rep")  # a margin declared in design.json, as `ablate run` writes it
+    (tmp_path / "rep" / "design.json").write_text('{"margin": 2.5, "seeds": [1, 2], "first": 2}')
+    assert f"The margin: declared in {tmp_path / 'rep' / 'design.json'}." in report(tmp_path / "rep", "--format",
+                                                                                    "md", "--no-files")  # fmt: skip

@@ -1,7 +1,7 @@
 """Effect against compute: every run at every budget point (evaluation.budgets), against the baseline there.
 
 at_budget       the experiment's runs as they stood at one budget point (`ablate report --at-budget N`)
-budget_table    BLEU ± sd and ΔBLEU [lo, hi] for each run and budget, with plain and Holm-corrected marks
+budget_table    BLEU ± sd and ΔBLEU [lo, hi] for each run and budget, with a verdict on each (ablate.report.decide)
 rank_agreement  Kendall τ of the runs' order between budgets, beside τ between seeds at one budget
 verdicts        a line a run: the effect holds, grows, shrinks, vanishes, flips, emerges, or is not resolved
 reproduction    each budget point against a run trained to that budget alone elsewhere under the results root
@@ -24,13 +24,13 @@ import pandas as pd
 
 from ablate.errors import UserError
 from ablate.record import BudgetPoint
+from ablate.report.decide import judge
 from ablate.report.frame import BUDGET_UNITS, Comparison, compare, mean_of
 from ablate.report.results import ExperimentResults, JobRecord, bleus
 from ablate.report.significance import (
     ALPHA,
     POWER_NOTE,
     Interval,
-    holm,
     lacks_spread,
     no_spread_note,
     pooled_sd,
@@ -107,8 +107,9 @@ class Budgets:
     intervals: dict[tuple[str, float], Interval]
 
 
-def budget_table(exp: ExperimentResults) -> Budgets | None:
-    """Every run at every budget point; None when no run has more than one point."""
+def budget_table(exp: ExperimentResults, margin: float | None = None) -> Budgets | None:
+    """Every run at every budget point, with a verdict on each interval (equivalent within `margin`, else better
+    or worse after Holm over all of them, else undecided); None when no run has more than one point."""
     points = budgets(exp)
     if unit(exp) is None or len(points) < 2:
         return None
@@ -132,17 +133,17 @@ def budget_table(exp: ExperimentResults) -> Budgets | None:
                 "ΔBLEU": None if interval is None else round(interval.delta, 2),
                 "ΔBLEU lo": None if interval is None else round(interval.low, 2),
                 "ΔBLEU hi": None if interval is None else round(interval.high, 2),
-                "Holm": None,
+                "verdict": None,
                 "seeds for 80%": seeds_for(interval, spread),
                 "valid loss": mean_of([loss for j in jobs if j.ok and (loss := j.result.valid_loss) is not None], 3),
             })  # fmt: skip
     order = list(exp.runs)
     rows.sort(key=lambda r: (order.index(r["run"]), float(r["budget"])))  # a run's points together, in order
-    survivors = holm({key: interval.p_value() for key, interval in intervals.items()})
+    verdicts_of = judge(intervals, margin, ALPHA)
     for row in rows:
         key = next((k for k in intervals if k[0] == row["run"] and budget_name(k[1]) == row["budget"]), None)
         if key is not None:
-            row["Holm"] = "yes" if key in survivors else "no"
+            row["verdict"] = verdicts_of[key]
     frame = pd.DataFrame(rows, dtype=object)
     if frame["seeds for 80%"].isna().all():
         frame = frame.drop(columns="seeds for 80%")
@@ -151,9 +152,13 @@ def budget_table(exp: ExperimentResults) -> Budgets | None:
         f"Each run at each budget point against the baseline at the same budget; BLEU on {split}. ΔBLEU [lo, hi] "
         "is the comparison table's 95% interval (seeds and test sentences); * marks an interval that excludes 0.",
         f"Many rows, many chances: {len(intervals)} intervals, so about {ALPHA * len(intervals):.1f} would exclude "
-        f"0 by chance alone if no run differed from the baseline; {marked} do. Holm: whether the row's difference "
-        f"survives a Holm correction over all {len(intervals)} (family-wise error {ALPHA:.0%}; p from the "
-        "interval's t distribution).",
+        f"0 by chance alone if no run differed from the baseline; {marked} do. verdict: better or worse where the "
+        f"row's difference survives a Holm correction over all {len(intervals)} (family-wise error {ALPHA:.0%}; p "
+        "from the interval's t distribution), "
+        + (f"equivalent where two one-sided tests put it inside ±{margin:g} BLEU (the declared margin), "
+           if margin is not None else "")
+        + "else undecided" + ("" if margin is not None else " (no margin declared, so nothing is called equivalent)")
+        + ".",
     ]  # fmt: skip
     if "seeds for 80%" in frame.columns:
         notes.append(POWER_NOTE)

@@ -21,6 +21,7 @@ from ablate.files import write_text
 from ablate.report import figures, plots
 from ablate.report.breakdown import length_frame, optional_frame
 from ablate.report.budgets import Budgets, at_budget, budget_table, reproduction
+from ablate.report.decide import Design
 from ablate.report.frame import report_frame, select
 from ablate.report.literature import TITLE, literature_frame
 from ablate.report.page import page
@@ -28,6 +29,7 @@ from ablate.report.paper import cards
 from ablate.report.results import ExperimentResults, load_results
 from ablate.report.sensitivity import at_best_lr, sensitivity_frame, swept
 from ablate.report.tables import FILES, print_table, render
+from ablate.report.verdicts import Declared, declared
 
 Table = tuple[pd.DataFrame, list[str]]  # a frame and the notes printed under it
 
@@ -48,8 +50,11 @@ class Report:
 
 
 def build(directory: Path, test: str = "bs", at: Literal["all", "best-lr"] = "all", columns: list[str] | None = None,
-          sort: str | None = None, reverse: bool = False, budget: float | None = None) -> Report:  # fmt: skip
-    """Reads one experiment's results and computes its tables; `budget`: every run as it stood at that point."""
+          sort: str | None = None, reverse: bool = False, budget: float | None = None,
+          margin: float | None = None) -> Report:  # fmt: skip
+    """Reads one experiment's results and computes its tables; `budget`: every run as it stood at that point;
+    `margin`: judge equivalence within this margin instead of the declared one (design.json)."""
+    declared_ = declared(directory, margin)
     source = exp = load_results(directory)
     if budget is not None:
         source = exp = at_budget(source, budget)
@@ -59,13 +64,16 @@ def build(directory: Path, test: str = "bs", at: Literal["all", "best-lr"] = "al
             raise UserError(f"--at best-lr: {directory} holds no learning-rate sweep (set lr_sweep, or "
                             "ablate run --lr-sweep)")  # fmt: skip
         exp = at_best_lr(source)
-    full, notes = report_frame(exp, test)
+    if declared_ is not None and declared_.design.sequential and (budget is not None or at == "best-lr"):
+        declared_ = Declared(Design(declared_.design.margin, declared_.design.alpha), [], declared_.source +
+                             "; one look at this view's seeds, not the sweep's sequential design")  # fmt: skip
+    full, notes = report_frame(exp, test, declared_)
     optional = optional_frame(exp) if columns or sort else None  # it reads every diagnostics.jsonl
     frame = select(full, columns, sort, reverse, optional)
     title = f"{exp.name} ({directory})" + (", each run at its best learning rate" if at == "best-lr" else "")
     if budget is not None:
         title += f", every run at budget point {budget:g}"
-    budgets = budget_table(source) if budget is None else None
+    budgets = budget_table(source, declared_.design.margin if declared_ else None) if budget is None else None
     reproduced = reproduction(source, directory.resolve().parent) if budget is None else None
     return Report(exp, source, title, frame, notes, lr, literature_frame(exp, full), budgets, reproduced)
 

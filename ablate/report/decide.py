@@ -35,11 +35,14 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 import numpy as np
 
 from ablate.errors import UserError
 from ablate.report.significance import ALPHA, Interval, holm, seed_interval
+
+K = TypeVar("K")  # a row: a run, or a (run, budget)
 
 BETTER, WORSE, EQUIVALENT, UNDECIDED, NO_VERDICT = "better", "worse", "equivalent", "undecided", "no verdict"
 
@@ -117,7 +120,7 @@ def tost(interval: Interval, margin: float, alpha: float) -> bool:
     return -margin < inner.low and inner.high < margin
 
 
-def judge(intervals: dict[str, Interval], margin: float | None, alpha: float) -> dict[str, str]:
+def judge(intervals: dict[K, Interval], margin: float | None, alpha: float) -> dict[K, str]:
     """Each row's verdict at one look: equivalent (TOST), else better or worse (Holm over these rows), else
     undecided."""
     different = holm({row: i.p_value() for row, i in intervals.items()}, alpha)

@@ -10,18 +10,19 @@ from __future__ import annotations
 import statistics
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, TypeVar
 
 import pandas as pd
 
 from ablate.errors import UserError, did_you_mean
 from ablate.record import Status
-from ablate.report.results import ExperimentResults, JobRecord, bleus, references
+from ablate.report.decide import UNDECIDED, Decision, Design
+from ablate.report.results import ExperimentResults, JobRecord, SentenceStatistics, bleus
 from ablate.report.significance import POWER_NOTE, Interval, lacks_spread, no_spread_note, pooled_sd, seeds_for
+from ablate.report.verdicts import Declared, fixed, sequential, verdict_note
 
-COLUMNS = ["run", "differs", "params", "BLEU", "BLEU std", "n", "ΔBLEU", "ΔBLEU lo", "ΔBLEU hi", "CI over", "p",
-           "seeds for 80%",
+COLUMNS = ["run", "differs", "params", "BLEU", "BLEU std", "n", "ΔBLEU", "ΔBLEU lo", "ΔBLEU hi", "CI over",
+           "verdict", "decided at", "p", "seeds for 80%",
            "chrF", "len ratio", "valid loss", "valid ppl", "train tok/s", "tok/s vs baseline", "decode sent/s",
            "GFLOP/tgt tok", "train PFLOP", "TFLOP/s", "MFU", "budget", "steps", "stopped", "best step", "peak MiB",
            "wall s", "device", "GPUs",
@@ -46,7 +47,7 @@ def compare(exp: ExperimentResults, split: str, test: str, p_values: bool = True
 
     All of them need the test references; when they cannot be read, a note says so.
     """
-    from ablate.report.significance import bleu_scorer, bleu_statistics, delta_interval, length_ratio, paired_test
+    from ablate.report.significance import delta_interval, length_ratio, paired_test
 
     out = Comparison()
 
@@ -57,23 +58,13 @@ def compare(exp: ExperimentResults, split: str, test: str, p_values: bool = True
     if first is None:
         return out
     try:
-        refs = references(first.config, split)
+        sentences = SentenceStatistics(first.config, split)
     except UserError as error:
         out.notes.append(f"{'len ratio' if test == 'none' else 'len ratio, ΔBLEU intervals and p'} not computed, "
                          f"the test references are not readable: {error.lines[0].split(': ')[0]}: missing (point "
                          "ABLATE_DATA_DIR at the corpora, or run: ablate data download multi30k)")  # fmt: skip
         return out
-    lowercase = bool(first.config.get("evaluation", {}).get("lowercase", False))
-    score = bleu_scorer(lowercase)
-    statistics_of: dict[Path, Any] = {}
-
-    def stats(jobs: list[JobRecord]):
-        import numpy as np
-
-        for j in jobs:
-            if j.directory not in statistics_of:
-                statistics_of[j.directory] = bleu_statistics(j.hypotheses(split), refs, lowercase)
-        return np.stack([statistics_of[j.directory] for j in jobs])  # (seeds, N, K)
+    refs, lowercase, score, stats = sentences.references, sentences.lowercase, sentences.score, sentences.of
 
     for run, jobs in exp.runs.items():
         if done := scored(jobs):
@@ -102,10 +93,13 @@ def mean_of(values: list[float], digits: int = 2) -> float | None:
     return round(statistics.fmean(values), digits) if values else None
 
 
-def report_frame(exp: ExperimentResults, test: str = "bs") -> tuple[pd.DataFrame, list[str]]:
-    """One row a run (numbers for csv), and notes to print under the table."""
+def report_frame(exp: ExperimentResults, test: str = "bs", declared: Declared | None = None
+                 ) -> tuple[pd.DataFrame, list[str]]:  # fmt: skip
+    """One row a run (numbers for csv), and notes to print under the table; `declared`: the design its verdicts
+    follow (ablate.report.verdicts; None: no margin, one look at α)."""
     split = exp.split()
     comparison = compare(exp, split, test) if split else Comparison()
+    decisions, verdict_notes = _decisions(exp, split, comparison, declared)
     rows, no_spread = [], []
     for run, jobs in exp.runs.items():
         reference = exp.runs.get(exp.reference(run), [])
@@ -113,10 +107,37 @@ def report_frame(exp: ExperimentResults, test: str = "bs") -> tuple[pd.DataFrame
         if lacks_spread(comparison.intervals.get(run), spread):
             no_spread.append(run)
         rows.append({"run": run, **_scores(jobs, reference, split, run == exp.reference(run)),
-                     **_against(comparison, run, spread), **_costs(jobs, reference), **_length(jobs),
-                     **_machine(jobs)})  # fmt: skip
+                     **_against(comparison, run, spread), **_verdict(decisions.get(run), declared),
+                     **_costs(jobs, reference), **_length(jobs), **_machine(jobs)})  # fmt: skip
     frame = _drop_empty(pd.DataFrame(rows, columns=COLUMNS, dtype=object), comparison, test)
-    return frame, _notes(exp, split, comparison, test, rows, no_spread)
+    return frame, _notes(exp, split, comparison, test, rows, no_spread) + verdict_notes
+
+
+def _decisions(exp: ExperimentResults, split: str | None, comparison: Comparison, declared: Declared | None
+               ) -> tuple[dict[str, Decision | str], list[str]]:  # fmt: skip
+    """Each row's verdict (a Decision, or a word where a sequential design has not reached it) and its note."""
+    if not comparison.intervals or split is None:
+        return {}, []
+    design = declared.design if declared is not None else Design()
+    if not design.sequential:
+        return dict(fixed(comparison.intervals, design)), [verdict_note(declared, len(comparison.intervals))]
+    state = sequential(exp, declared, split)
+    out: dict[str, Decision | str] = dict(state.decisions)
+    for run in comparison.intervals:
+        out.setdefault(run, f"pending: look {state.looks + 1} of {design.looks}")
+    return out, [verdict_note(declared, len(comparison.intervals), state)]
+
+
+def _verdict(decision: Decision | str | None, declared: Declared | None) -> dict[str, Any]:
+    if decision is None:
+        return {"verdict": None, "decided at": None}
+    if isinstance(decision, str):
+        return {"verdict": UNDECIDED, "decided at": decision}
+    if declared is None or not declared.design.sequential:
+        return {"verdict": decision.verdict, "decided at": None}
+    return {"verdict": decision.verdict,
+            "decided at": f"look {decision.look + 1} of {declared.design.looks}: {decision.seeds} v "
+                          f"{decision.reference_seeds} seeds, α {decision.alpha:.4f}"}  # fmt: skip
 
 
 def _scores(jobs: list[JobRecord], reference: list[JobRecord], split: str | None, is_reference: bool) -> dict[str, Any]:
@@ -235,14 +256,14 @@ def _notes(exp: ExperimentResults, split: str | None, comparison: Comparison, te
 def _drop_empty(frame: pd.DataFrame, comparison: Comparison, test: str) -> pd.DataFrame:
     """The table without the columns no row has a value in, and those of comparisons not made."""
     for optional in ("note", "GPU ids", "cores", "core share", "GFLOP/tgt tok", "train PFLOP", "TFLOP/s", "MFU",
-                     "budget", "steps", "stopped", "best step", "seeds for 80%"):  # fmt: skip
+                     "budget", "steps", "stopped", "best step", "seeds for 80%", "decided at"):  # fmt: skip
         # a re-run after a spec change, GPUs handed out, results from before FLOPs were counted: else no column
         if frame[optional].isna().all():
             frame = frame.drop(columns=optional)
     if not comparison.length_ratio:
         frame = frame.drop(columns="len ratio")
     if not comparison.intervals:
-        frame = frame.drop(columns=["ΔBLEU lo", "ΔBLEU hi", "CI over"])
+        frame = frame.drop(columns=["ΔBLEU lo", "ΔBLEU hi", "CI over", "verdict"])
     if test == "none":
         frame = frame.drop(columns="p")
     return frame

@@ -124,6 +124,31 @@ def _summary_order(directory: Path) -> list[str]:
     return []
 
 
+class SentenceStatistics:
+    """Each job's per-sentence BLEU statistics on one test split (significance.bleu_statistics), computed once.
+
+    Raises UserError when the split's references cannot be read (the corpus is not where the config says)."""
+
+    def __init__(self, config: dict[str, Any], split: str):
+        from ablate.report.significance import bleu_scorer
+
+        self.split, self.references = split, references(config, split)
+        self.lowercase = bool(config.get("evaluation", {}).get("lowercase", False))
+        self.score = bleu_scorer(self.lowercase)
+        self._of: dict[Path, Any] = {}
+
+    def of(self, jobs: list[JobRecord]):
+        """The jobs' statistics stacked (seeds, sentences, K); each job must have the split's hypotheses."""
+        import numpy as np
+
+        from ablate.report.significance import bleu_statistics
+
+        for j in jobs:
+            if j.directory not in self._of:
+                self._of[j.directory] = bleu_statistics(j.hypotheses(self.split), self.references, self.lowercase)
+        return np.stack([self._of[j.directory] for j in jobs])
+
+
 def references(config: dict[str, Any], split: str) -> list[str]:
     """The test split's reference translations, read from the corpus as the run read them."""
     from ablate.data.corpus import CORPUS, data_dir

@@ -16,7 +16,7 @@ from ablate.report.frame import BUSY, SPEED
 
 TEXT_COLUMNS = {"run", "differs", "device", "precision", "status", "note", "GPU ids", "cores", "CI over", "budget",
                 "stopped", "rates", "diverged at", "between", "trained alone as", "machine",
-                "verdict"}  # fmt: skip  # left-aligned; the rest numbers
+                "verdict", "decided at"}  # fmt: skip  # left-aligned; the rest numbers
 FILES = {"md": "table.md", "csv": "table.csv", "latex": "table.tex", "html": "table.html"}  # format -> report/ file
 FORMATS = ("terminal", *FILES)  # what `ablate report --format` takes
 TWO_DECIMALS = {"BLEU", "BLEU std", "chrF", "valid ppl", "max logit end", "logits norm end"}
@@ -127,8 +127,8 @@ def render(fmt: str, frame: pd.DataFrame, title: str, notes: list[str]) -> str:
 
 # What the terminal shows unless asked for more (`ablate report --columns all`): what a reader needs first, in
 # at most TERMINAL_WIDTH characters; the files (md, csv, latex, html) keep every column.
-TERMINAL = ["run", "differs", "BLEU", "BLEU std", "n", "ΔBLEU", "ΔBLEU lo", "ΔBLEU hi", "valid loss", "train tok/s",
-            "peak MiB", "status"]  # fmt: skip
+TERMINAL = ["run", "differs", "BLEU", "BLEU std", "n", "ΔBLEU", "ΔBLEU lo", "ΔBLEU hi", "verdict", "valid loss",
+            "train tok/s", "peak MiB", "status"]  # fmt: skip
 TERMINAL_WIDTH = 120
 
 

@@ -82,6 +82,11 @@ class Header(BaseModel):
         None, min_length=1, description="train every run at each of these peak learning rates (inherited)"
     )
     slurm: SlurmSpec | None = Field(None, description="Slurm settings for `ablate run --launcher slurm` (inherited)")
+    margin: PositiveFloat | None = Field(
+        None,
+        description="the smallest ΔBLEU that matters, declared before looking: a row whose interval lies inside "
+        "±margin is equivalent (two one-sided tests; docs/reports.md) (inherited)",
+    )
 
     @field_validator("seeds", "lr_sweep")
     @classmethod
@@ -120,6 +125,7 @@ class Experiment:
     seeds: list[int] | None = None
     slurm: SlurmSpec | None = None
     lr_sweep: list[float] | None = None
+    margin: float | None = None  # BLEU: rows inside ±margin are equivalent (ablate.report.decide)
 
     @property
     def baseline(self) -> Run:
@@ -178,7 +184,8 @@ def load_experiment(path: str | Path, overrides: Sequence[str] = (), lr_sweep: S
     rates = list(lr_sweep) if lr_sweep else header.lr_sweep
     if rates:
         runs = _swept(runs, rates, path)
-    return Experiment(path, header.name, header.description, runs, plugins, header.seeds, header.slurm, rates)
+    return Experiment(path, header.name, header.description, runs, plugins, header.seeds, header.slurm, rates,
+                      header.margin)  # fmt: skip
 
 
 def _swept(runs: list[Run], rates: list[float], where: Path) -> list[Run]:
@@ -251,7 +258,7 @@ def _resolve(path: Path, chain: tuple[Path, ...]) -> tuple[Header, dict[str, Any
         inherited, baseline, origins, plugins = _resolve(parent, (*chain, path.resolve()))
         header = header.model_copy(update={
             "seeds": header.seeds or inherited.seeds, "slurm": header.slurm or inherited.slurm,
-            "lr_sweep": header.lr_sweep or inherited.lr_sweep,
+            "lr_sweep": header.lr_sweep or inherited.lr_sweep, "margin": header.margin or inherited.margin,
         })  # fmt: skip
 
     for i, plugin in enumerate(header.plugins):

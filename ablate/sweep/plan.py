@@ -9,7 +9,7 @@ vocabulary, tokens a step and steps.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
@@ -45,12 +45,13 @@ class Planned:
         return self.action not in (Action.SKIP, Action.BUSY, Action.REUSE)
 
 
-def plan(experiment: Experiment, results: Path, seeds: int | Sequence[int] | None = None, fresh: bool = False,
-         only: Sequence[str] = ()) -> list[Planned]:  # fmt: skip
+def plan(experiment: Experiment, results: Path, seeds: int | Sequence[int] | Mapping[str, Sequence[int]] | None = None,
+         fresh: bool = False, only: Sequence[str] = ()) -> list[Planned]:  # fmt: skip
     """What to do with every job of the experiment, from what its run directories hold. Reads only.
 
-    `seeds`: a number (that many seeds from each run's training.seed on), a list, or None for the
-    experiment's `seeds:` or else the run's training.seed alone.
+    `seeds`: a number (that many seeds from each run's training.seed on), a list, a list for each run (a
+    sequential design's, ablate.sweep.sequential), or None for the experiment's `seeds:` or else the run's
+    training.seed alone.
     """
     root = results / experiment.name
     runs = [r for r in experiment.runs if not only or r.name in only or r.arm in only]
@@ -60,6 +61,8 @@ def plan(experiment: Experiment, results: Path, seeds: int | Sequence[int] | Non
         first = run.spec.training.seed
         if isinstance(seeds, int):
             run_seeds = list(range(first, first + seeds))
+        elif isinstance(seeds, Mapping):
+            run_seeds = list(seeds[run.name])
         else:
             run_seeds = list(seeds or experiment.seeds or [first])
         for seed in run_seeds:

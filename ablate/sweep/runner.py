@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import shutil
 import sys
+from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -35,6 +37,7 @@ from ablate.rundir import (
     stored_hash,
     truncate_metrics,
 )
+from ablate.sweep.design import declare
 from ablate.sweep.devices import device_kind, emulated_bf16, resources
 from ablate.sweep.experiment import Experiment
 from ablate.sweep.launchers import Interrupted, Launcher, Outcomes
@@ -50,7 +53,7 @@ class Options:
     """How `ablate run` trains a sweep (its flags)."""
 
     results: Path = Path("results")
-    seeds: int | list[int] | None = None
+    seeds: int | list[int] | dict[str, list[int]] | None = None  # a dict: each run's own (a sequential design)
     only: list[str] = field(default_factory=list)
     fresh: bool = False
     device: str | None = None  # None: training.device of the baseline spec
@@ -60,27 +63,35 @@ class Options:
     launcher: str = "local"
     slurm: dict[str, Any] = field(default_factory=dict)  # flags over the experiment's slurm settings
     wait: bool = True
+    margin: float | None = None  # --margin: over the experiment's, for design.json (ablate.sweep.design)
+    max_seeds: int | None = None  # --until-decided's --max-seeds (ablate.sweep.sequential)
 
 
 Summary = tuple[list[RunResult], Any, list[str]]  # result records in plan order, the table, its notes
 
 
-def run(experiments: list[Experiment], options: Options, console) -> int:
-    """`ablate run`: each experiment's sweep, then its table; the exit code (0 all done, 1 some runs failed, 130
-    interrupted: the same command resumes)."""
+SweepOne = Callable[[Experiment, Options, Any], Summary]  # sweep, or ablate.sweep.sequential.until_decided
+
+
+def run(experiments: list[Experiment], options: Options, console, sweep_one: SweepOne | None = None) -> int:
+    """`ablate run`: each experiment's design declared (design.json), its sweep (`sweep_one`, default `sweep`), then
+    its table; the exit code (0 all done, 1 some runs failed, 130 interrupted: the same command resumes)."""
     try:
-        return _run(experiments, options, console)
+        return _run(experiments, options, console, sweep_one or sweep)
     finally:
         # Under torchrun, the process group is closed before the interpreter exits: a rank that left with gloo's
         # threads still running could abort at exit ("terminate called without an active exception").
         distributed.teardown()
 
 
-def _run(experiments: list[Experiment], options: Options, console) -> int:
+def _run(experiments: list[Experiment], options: Options, console, sweep_one: SweepOne) -> int:
     failed, interrupted = [], []
+    for experiment in experiments:  # every design before anything trains: a bad one stops the command at once
+        if distributed.rank() == 0:
+            declare(experiment, options.results, options.seeds, options.margin, options.max_seeds)
     for experiment in experiments:
         try:
-            rows, frame, notes = sweep(experiment, options, console)
+            rows, frame, notes = sweep_one(experiment, options, console)
         except Interrupted as stop:
             raise Interrupted(f"{stop}: ablate run {' '.join(str(e.path) for e in experiments)} ...") from None
         if not rows:
@@ -137,9 +148,10 @@ def sweep(experiment: Experiment, options: Options, console) -> Summary:
     launcher = make_launcher(experiment, options, len(training))
     rank0 = distributed.rank() == 0
     say = console.print if rank0 else (lambda *a, **k: None)
-    runs = len({p.job.run for p in planned})
-    seeds = len(planned) // max(runs, 1)
-    say(f"{experiment.path}: {experiment.name}, {runs} run{'s' if runs != 1 else ''} x {seeds} seed(s), "
+    per_run = Counter(p.job.run for p in planned)
+    runs, counts = len(per_run), set(per_run.values())
+    size = f"x {counts.pop()} seed(s)" if len(counts) == 1 else f"{len(planned)} jobs"  # a sequential design's look
+    say(f"{experiment.path}: {experiment.name}, {runs} run{'s' if runs != 1 else ''} {size}, "
         f"{len(training)} to train on {launcher.describe()} -> {options.results / experiment.name}",
         highlight=False)  # fmt: skip
     for p in selected:

@@ -1,0 +1,124 @@
+"""An experiment's verdicts, from its result files: the design it declared (design.json, or the report's
+`--margin`), each row's ΔBLEU interval at the seeds a look had, and what ablate.report.decide makes of them.
+No torch.
+
+The sweep's `--until-decided` (ablate.sweep.sequential) and the report read verdicts through this module alone,
+so a table shows the decisions the sweep acted on.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from ablate.errors import UserError
+from ablate.record import DesignRecord, Status
+from ablate.report.decide import Decision, Design, Replay, judge, replay
+from ablate.report.results import ExperimentResults, JobRecord, SentenceStatistics
+from ablate.report.significance import Interval, delta_interval
+from ablate.rundir import read_design
+
+REFERENCE = "baseline"
+
+
+@dataclass(frozen=True)
+class Declared:
+    """A design and the seeds in the order runs take them; `source` says where its margin came from."""
+
+    design: Design
+    seeds: list[int]
+    source: str
+
+    def describe(self) -> str:
+        return f"{self.design.describe()} ({self.source})"
+
+
+def design(record: DesignRecord) -> Design:
+    return Design(record.margin, record.alpha, record.first, record.max_seeds, record.spending)
+
+
+def declared(directory: Path, margin: float | None = None) -> Declared | None:
+    """The experiment's design.json, with `margin` (the report's --margin) over its margin; None when neither."""
+    record = read_design(directory)
+    if record is None:
+        return None if margin is None else Declared(Design(margin), [], "--margin")
+    if margin is None:
+        return Declared(design(record), record.seeds, f"declared in {directory / 'design.json'}")
+    return Declared(design(record.model_copy(update={"margin": margin})), record.seeds,
+                    f"--margin over the declared {record.margin if record.margin is not None else 'none'}")  # fmt: skip
+
+
+def finished_seeds(jobs: list[JobRecord], order: list[int]) -> int:
+    """How many of a run's first seeds, in `order`, have finished (completed or diverged)."""
+    done = {j.result.seed for j in jobs if j.result.status in (Status.COMPLETED, Status.DIVERGED)}
+    count = 0
+    for seed in order:
+        if seed not in done:
+            break
+        count += 1
+    return count
+
+
+def sequential(exp: ExperimentResults, declared_: Declared, split: str) -> Replay:
+    """Every look of a sequential design that the finished seeds allow. Raises UserError when the test references
+    cannot be read."""
+    order = declared_.seeds
+    rows = [run for run in exp.runs if run != REFERENCE]
+    have = {run: finished_seeds(jobs, order) for run, jobs in exp.runs.items()}
+    first = next((j for jobs in exp.runs.values() for j in jobs if j.ok), None)
+    if first is None:
+        return replay(declared_.design, rows, REFERENCE, have, lambda row, n, m: None)
+    sentences = SentenceStatistics(first.config, split)
+
+    def seeds_of(run: str, n: int) -> list[JobRecord] | None:
+        by_seed = {j.result.seed: j for j in exp.runs.get(run, [])}
+        jobs = [by_seed.get(seed) for seed in order[:n]]
+        return jobs if all(j is not None and j.ok and j.hypotheses(split) is not None for j in jobs) else None
+
+    def interval_of(row: str, n: int, m: int) -> Interval | None:
+        system, base = seeds_of(row, n), seeds_of(REFERENCE, m)
+        if system is None or base is None:
+            return None
+        return delta_interval(sentences.of(base), sentences.of(system), sentences.score)
+
+    return replay(declared_.design, rows, REFERENCE, have, interval_of)
+
+
+def fixed(intervals: dict[str, Interval], design_: Design) -> dict[str, Decision]:
+    """One look at every row's interval, with all its seeds (the report's comparison intervals)."""
+    verdicts = judge(intervals, design_.margin, design_.alpha)
+    return {row: Decision(verdict, 0, design_.alpha, 0, 0, intervals[row]) for row, verdict in verdicts.items()}
+
+
+def check_sequential(exp: ExperimentResults) -> None:
+    """A sequential design compares every run with the baseline: not a learning-rate sweep."""
+    if any(j.result.lr is not None for jobs in exp.runs.values() for j in jobs):
+        raise UserError(f"{exp.directory}: --until-decided compares every run with the baseline; a learning-rate "
+                        "sweep's rows have a baseline each")  # fmt: skip
+
+
+def verdict_note(declared_: Declared | None, rows: int, state: Replay | None = None) -> str:
+    """What the verdict column means under this design, with its margin and where the margin came from."""
+    d = declared_.design if declared_ is not None else Design()
+    holm = (f"better or worse where ΔBLEU's difference from 0 survives Holm's correction over the {rows} row"
+            f"{'s' if rows != 1 else ''} judged together")  # fmt: skip
+    if d.margin is None:
+        text = (
+            f"verdict: {holm}, else undecided (α {d.alpha:g}). No margin was declared, so no row can be called "
+            "equivalent: declare `margin:` in the experiment file, before looking, or pass --margin."
+        )
+    else:
+        level = "its 1 − 2α_k interval, α_k the look's level" if d.sequential else f"its {1 - 2 * d.alpha:.0%} interval"
+        text = (f"verdict: equivalent where two one-sided tests put ΔBLEU inside ±{d.margin:g} BLEU ({level} "
+                f"inside the margin), else {holm}, else undecided; α {d.alpha:g}. "
+                f"The margin: {declared_.source}.")  # fmt: skip
+    if d.sequential:
+        levels = ", ".join(f"{d.alpha_at(k):.4f}" for k in range(d.looks))
+        text += (f" Sequential (ablate run --until-decided): every run started with {d.first} seeds and each "
+                 f"undecided row got one more a look, up to {d.max_seeds}; looks 1 to {d.looks} test at α {levels} "
+                 f"({d.spending} spending), which sum to {d.alpha:g}, so false decisions over all the looks stay at "
+                 "most α (docs/reports.md). decided at: the look, the row's and the baseline's seeds then, and the "
+                 "look's level.")  # fmt: skip
+        if state is not None and not state.done:
+            text += f" Not finished: {state.looks} of {d.looks} looks taken; the same ablate run goes on."
+    return text
