@@ -124,6 +124,7 @@ def write(tmp_path):
 # slow file last while the other is idle. Each file's seconds in one `pytest -n 2 --durations=0` on a Zen 4
 # (test_stopping.py's: alone, on an AMX Xeon):
 SLOWEST_FILES = ["test_runner.py", "test_check.py", "test_slurm_cluster.py", "test_stopping.py",  # 363, 286, 260, 134
+                 "test_sequential.py",  # about 100, not yet measured in a fresh clone
                  "test_report.py", "test_budgets.py", "test_launchers.py", "test_comparisons.py",  # 125, 108, 99, 97
                  "test_cores.py", "test_flops.py", "test_readme.py", "test_decoding.py",  # 75, 46, 40, 19
                  "test_cli.py"]  # 19  # fmt: skip

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from ablate.errors import UserError
 from ablate.report.results import load_results
 from ablate.report.verdicts import Declared, design, sequential
 from ablate.rundir import read_design
@@ -157,19 +158,32 @@ def test_a_changed_design_is_refused_and_design_json_is_kept(killed_and_resumed)
     ("flags", "message"),
     [
         (["--until-decided"], "--until-decided and --max-seeds N go together"),
-        (["--max-seeds", "4"], "--until-decided and --max-seeds N go together"),
         (["--until-decided", "--max-seeds", "4", "--seeds", "2"], "starts every run with 3 seeds or more, got 2"),
-        (["--until-decided", "--max-seeds", "2", "--seeds", "3"], "--max-seeds 2 is below the 3 seeds"),
         (["--until-decided", "--max-seeds", "4", "--seeds", "3", "--only", "pre_ln"], "cannot take --only"),
-        (["--until-decided", "--max-seeds", "4", "--lr-sweep", "1e-3,2e-3"], "learning-rate sweep"),
         (["--margin", "-1"], "expected a positive margin in BLEU, got -1"),
-        (["--until-decided", "--max-seeds", "0"], "expected a positive whole number, got 0"),
     ],
 )
 def test_bad_flags_get_one_line_and_nothing_is_written(tmp_path, flags, message):
     done = cli("run", str(SMOKE), "--results", str(tmp_path), *flags)
     assert done.returncode == 2, done.stdout
     assert message in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert not (tmp_path / "smoke").exists()
+
+
+@pytest.mark.parametrize(
+    ("seeds", "max_seeds", "lr_sweep", "message"),
+    [
+        (2, 4, None, "starts every run with 3 seeds or more, got 2"),
+        (3, 2, None, "--max-seeds 2 is below the 3 seeds every run starts with"),
+        (3, 4, [1e-3, 2e-3], "a learning-rate sweep's rows have a baseline each"),
+    ],
+)
+def test_a_design_that_cannot_hold_is_refused_before_anything_is_written(tmp_path, seeds, max_seeds, lr_sweep,
+                                                                         message):  # fmt: skip
+    experiment = load_experiment(SMOKE, lr_sweep=lr_sweep)
+    with pytest.raises(UserError) as error:
+        declare(experiment, tmp_path, seeds=seeds, margin=1.0, max_seeds=max_seeds)
+    assert len(error.value.lines) == 1 and message in error.value.lines[0]
     assert not (tmp_path / "smoke").exists()
 
 

@@ -14,6 +14,7 @@ import sys
 
 import pytest
 
+from ablate.errors import UserError
 from ablate.record import Status
 from ablate.rundir import budget_dir
 from ablate.sweep.experiment import load_experiment
@@ -40,7 +41,8 @@ training:
 evaluation: {select: best, beam_size: 2, max_extra_len: 10}
 variants:
   averaged: {evaluation.average_checkpoints: 3}
-  capped: {training.early_stopping: {metric: valid_loss, patience: 100}, evaluation.select: last}
+  capped: {training.max_steps: 200, evaluation.select: last,
+           training.early_stopping: {metric: valid_loss, patience: 100}}
   points: {evaluation.select: last, evaluation.budgets: [100, 600]}
   improving: {training.max_steps: 100, training.early_stopping: {metric: valid_loss, patience: 100}}
 """
@@ -103,7 +105,7 @@ def test_average_around_the_best_is_the_checkpoints_up_to_it(sweep):
 def test_a_run_that_reaches_its_cap_says_so(sweep):
     _, root = sweep
     r = result(root / "stopping", "capped")
-    assert r["steps"] == 600 and r["stopped_by"] == "max_steps"
+    assert r["steps"] == 200 and r["stopped_by"] == "max_steps"
     assert r["early_stopping"]["stopped"] is False and "averaged_steps" not in r  # select: last, one checkpoint
 
 
@@ -128,7 +130,7 @@ def test_the_report_says_which_runs_stopped_and_where(sweep):
         assert float(rows[run]["steps"]) == round(sum(r["steps"] for r in seeds) / len(seeds))
         best = [r["early_stopping"]["best_step"] for r in seeds]
         assert float(rows[run]["best step"]) == round(sum(best) / len(best))
-    assert rows["capped"]["stopped"].startswith("0/") and float(rows["capped"]["steps"]) == 600
+    assert rows["capped"]["stopped"].startswith("0/") and float(rows["capped"]["steps"]) == 200
     assert "which is not convergence" in done.stdout
 
 
@@ -198,40 +200,35 @@ def test_each_seed_stops_on_its_own_curve_and_a_finished_run_is_reused(sweep):
 
 
 @pytest.mark.parametrize(
-    ("setting", "says"),
-    [
-        ("training.early_stopping={patience: -1}", "training.early_stopping.patience"),
-        ("training.early_stopping={metric: bleu}", "training.early_stopping.metric"),
-        ("training.valid_bleu_pairs=0", None),  # valid_loss needs no pairs: fine
-        ("training.early_stopping={metric: valid_bleu, patience: 2}", None),
-        ("evaluation.select=best", None),
-        ("evaluation.select=newest", "evaluation.select"),
-    ],
-)
-def test_bad_early_stopping_values_are_one_line_errors_before_training(sweep, tmp_path, setting, says):
-    path, _ = sweep
-    run = cli("run", str(path), "--only", "baseline", "--results", str(tmp_path), "--set", setting, "--dry-run")
-    if says is None:
-        assert run.returncode == 0, run.stderr
-    else:
-        assert run.returncode == 2 and says in run.stderr and "Traceback" not in run.stderr, run.stderr
-        assert not (tmp_path / "stopping").exists()
-
-
-@pytest.mark.parametrize(
     ("settings", "says"),
     [
+        (["training.early_stopping={patience: -1}"], "training.early_stopping.patience"),
+        (["training.early_stopping={metric: bleu}"], "training.early_stopping.metric"),
+        (["training.valid_bleu_pairs=0"], None),  # valid_loss needs no pairs: fine
+        (["training.early_stopping={metric: valid_bleu, patience: 2}"], None),
+        (["evaluation.select=best"], None),
+        (["evaluation.select=newest"], "evaluation.select"),
         (["training.early_stopping={metric: valid_bleu}", "training.valid_bleu_pairs=0"], "valid_bleu_pairs"),
         (["training.early_stopping=null"], "evaluation.select: best needs training.early_stopping"),
         (["training.validate_every=30"], "multiple of training.checkpoint_every"),
     ],
 )
-def test_settings_that_contradict_each_other_are_named(sweep, tmp_path, settings, says):
+def test_bad_or_contradicting_early_stopping_values_are_one_line_spec_errors(sweep, settings, says):
     path, _ = sweep
-    sets = [arg for s in settings for arg in ("--set", s)]
-    run = cli("run", str(path), "--only", "baseline", "--results", str(tmp_path), *sets, "--dry-run")
-    assert run.returncode == 2 and says in run.stderr and "Traceback" not in run.stderr, run.stderr
-    assert len(run.stderr.strip().splitlines()) == 1
+    if says is None:
+        load_experiment(path, settings)
+        return
+    with pytest.raises(UserError) as error:
+        load_experiment(path, settings)
+    assert len(error.value.lines) == 1 and says in error.value.lines[0], error.value.lines
+
+
+def test_a_bad_value_stops_ablate_run_in_one_line_before_training(sweep, tmp_path):
+    path, _ = sweep
+    run = cli("run", str(path), "--results", str(tmp_path), "--set", "training.early_stopping={patience: -1}")
+    assert run.returncode == 2 and "Traceback" not in run.stderr, run.stderr
+    assert len(run.stderr.strip().splitlines()) == 1 and "training.early_stopping.patience" in run.stderr
+    assert not (tmp_path / "stopping").exists()
 
 
 def test_the_watch_counts_patience_in_the_metrics_direction():
