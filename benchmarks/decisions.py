@@ -39,14 +39,15 @@ def main() -> None:
     print(f"margin ±{m:g} BLEU, α 0.05, test-set sd {args.test_sd:g}, {args.experiments} experiments a cell; "
           f"a baseline and {len(deltas)} rows in each (true ΔBLEU {true})\n")  # fmt: skip
     print("| seed sd | design | true ΔBLEU | better | worse | equivalent | undecided | seeds of the row "
-          "| seeds of the experiment |")  # fmt: skip
-    print("|---|---|---|---|---|---|---|---|---|")
+          "| seeds of the experiment | any false verdict in the experiment |")  # fmt: skip
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for sd in args.sd:
         for name, design in designs.items():
-            rows, total = simulate(design, deltas, sd, args.test_sd, experiments=args.experiments)
+            rows, total, any_false = simulate(design, deltas, sd, args.test_sd, experiments=args.experiments)
             for row in rows:
                 print(f"| {sd:g} | {name} | {row.delta:+g} | {row.better:.1%} | {row.worse:.1%} | "
-                      f"{row.equivalent:.1%} | {row.undecided:.1%} | {row.seeds:.2f} | {total:.1f} |")  # fmt: skip
+                      f"{row.equivalent:.1%} | {row.undecided:.1%} | {row.seeds:.2f} | {total:.1f} | "
+                      f"{any_false:.1%} |")  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -20,8 +20,9 @@ from ablate.report.decide import (
     replay,
     simulate,
     tost,
+    tost_p,
 )
-from ablate.report.significance import Interval, seed_interval, t_interval
+from ablate.report.significance import Interval, holm, seed_interval, t_interval
 
 
 def test_spending_sums_to_alpha_over_the_looks_and_follows_lan_demets():
@@ -147,7 +148,7 @@ DELTAS = [0.0, 0.0, 1.0, -1.0, 2.0, -2.0, 3.0]  # a true 0, the margin and twice
 
 @pytest.mark.parametrize("sd", [0.2, 0.5, 1.0])  # seed-to-seed sd of BLEU: the committed ones span 0.1-1.1
 def test_simulated_error_rates_stay_within_issue_39s_thresholds(sd):
-    rows, total = simulate(Design(margin=MARGIN, first=3, max_seeds=5), DELTAS, sd, TEST_SD, experiments=600)
+    rows, total, _ = simulate(Design(margin=MARGIN, first=3, max_seeds=5), DELTAS, sd, TEST_SD, experiments=600)
     for row in rows:
         if row.delta == 0:
             assert row.better + row.worse <= 0.05, row
@@ -162,9 +163,9 @@ def test_without_the_correction_looking_after_every_seed_makes_false_decisions_l
     """One row with no difference, no margin, seeds from 3 to 8: six looks. At alpha each, the chance of a false
     better or worse is about three times 5%; spent over the looks, it stays below."""
     design = Design(first=3, max_seeds=8)
-    (corrected,), _ = simulate(design, [0.0], 0.5, 0.02, experiments=1000, seed=3)
+    (corrected,), _, _ = simulate(design, [0.0], 0.5, 0.02, experiments=1000, seed=3)
     monkeypatch.setattr(Design, "alpha_at", lambda self, look: self.alpha)
-    (naive,), _ = simulate(design, [0.0], 0.5, 0.02, experiments=1000, seed=3)
+    (naive,), _, _ = simulate(design, [0.0], 0.5, 0.02, experiments=1000, seed=3)
     assert corrected.better + corrected.worse <= 0.05
     assert naive.better + naive.worse > 0.05 + 3 * math.sqrt(0.05 * 0.95 / 1000)
 
@@ -177,3 +178,45 @@ def test_the_simulated_interval_is_the_reports():
     df = variance**2 / (0.09**2 / 999 + (base.var(ddof=1) / 3) ** 2 / 2 + (row.var(ddof=1) / 2) ** 2 / 1)
     assert interval.df == pytest.approx(df)
     assert interval.high - 1.0 == pytest.approx(t.ppf(0.975, df) * math.sqrt(variance))
+
+
+def test_holm_with_groups_is_shaffers_step_down():
+    """At most one hypothesis a group can be true: each step divides alpha by the groups left, not the hypotheses."""
+    p = {("a", "zero"): 0.01, ("b", "zero"): 0.02, ("a", "margin"): 0.04, ("b", "margin"): 0.3}
+    # plain Holm over 4: 0.01 <= 0.05/4, then 0.02 > 0.05/3; grouped: 0.01 <= 0.05/2, 0.02 <= 0.05/2 (both rows
+    # still have a hypothesis left), then 0.04 > 0.05/2
+    assert holm(p, 0.05) == {("a", "zero")}
+    assert holm(p, 0.05, group=lambda key: key[0]) == {("a", "zero"), ("b", "zero")}
+    assert holm({"x": 0.04}, 0.05, group=lambda key: key) == {"x"}  # one hypothesis a group: Holm itself
+
+
+def test_tost_p_is_the_larger_one_sided_p_and_agrees_with_the_interval():
+    interval = t_interval(0.4, (0.3**2, 0.0, 0.0), (12, 0, 0))
+    expected = max(t.sf((0.4 + 1.0) / 0.3, 12), t.sf((1.0 - 0.4) / 0.3, 12))
+    assert tost_p(interval, 1.0) == pytest.approx(expected)
+    for alpha in (0.01, 0.05, 0.1):
+        inner = interval.at(1 - 2 * alpha)
+        assert tost(interval, 1.0, alpha) == (inner.low > -1.0 and inner.high < 1.0)
+
+
+FAR = [1.0, 1.0, 1.0, -1.0, -1.0, 0.0]  # five rows exactly at the margin, where "equivalent" is false, and a true 0
+
+
+def test_false_verdicts_over_all_rows_and_looks_stay_within_alpha():
+    _, _, any_false = simulate(Design(margin=1.0, first=3, max_seeds=5), FAR, 0.3, 0.3, experiments=1500, seed=5)
+    assert any_false <= 0.05 + 2 * math.sqrt(0.05 * 0.95 / 1500)
+
+
+def test_without_the_correction_over_rows_false_equivalence_adds_up(monkeypatch):
+    """Each row's TOST at the look's level alone: five rows at the margin, five chances of a false equivalent."""
+    from ablate.report import decide
+
+    corrected = decide.judge
+
+    def naive(intervals, margin, alpha):
+        verdicts = corrected(intervals, None, alpha)
+        return {row: EQUIVALENT if tost(i, margin, alpha) else verdicts[row] for row, i in intervals.items()}
+
+    monkeypatch.setattr(decide, "judge", naive)
+    _, _, any_false = simulate(Design(margin=1.0, first=3, max_seeds=5), FAR, 0.3, 0.3, experiments=1500, seed=5)
+    assert any_false > 0.05 + 3 * math.sqrt(0.05 * 0.95 / 1500)

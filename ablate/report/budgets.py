@@ -147,18 +147,21 @@ def budget_table(exp: ExperimentResults, margin: float | None = None) -> Budgets
     frame = pd.DataFrame(rows, dtype=object)
     if frame["seeds for 80%"].isna().all():
         frame = frame.drop(columns="seeds for 80%")
-    marked = sum(i.excludes_zero for i in intervals.values())
+    marked, n = sum(i.excludes_zero for i in intervals.values()), len(intervals)
+    equivalent, judged, unmarked = (
+        (f"equivalent where two one-sided tests reject |ΔBLEU| ≥ {margin:g} BLEU (the declared margin), else ",
+         f"both kinds of test corrected together over all {n} (Holm's step-down with Shaffer's sharpening", "")
+        if margin is not None
+        else ("", f"Holm's correction over all {n} (one test a row",
+              "; no margin was declared, so nothing is called equivalent")
+    )  # fmt: skip
     notes = [
         f"Each run at each budget point against the baseline at the same budget; BLEU on {split}. ΔBLEU [lo, hi] "
         "is the comparison table's 95% interval (seeds and test sentences); * marks an interval that excludes 0.",
-        f"Many rows, many chances: {len(intervals)} intervals, so about {ALPHA * len(intervals):.1f} would exclude "
-        f"0 by chance alone if no run differed from the baseline; {marked} do. verdict: better or worse where the "
-        f"row's difference survives a Holm correction over all {len(intervals)} (family-wise error {ALPHA:.0%}; p "
-        "from the interval's t distribution), "
-        + (f"equivalent where two one-sided tests put it inside ±{margin:g} BLEU (the declared margin), "
-           if margin is not None else "")
-        + "else undecided" + ("" if margin is not None else " (no margin declared, so nothing is called equivalent)")
-        + ".",
+        f"Many rows, many chances: {n} intervals, so about {ALPHA * n:.1f} would exclude 0 by chance alone if no "
+        f"run differed from the baseline; {marked} do. verdict: {equivalent}better or worse where the test of "
+        f"ΔBLEU = 0 rejects, else undecided, with {judged}; family-wise error {ALPHA:.0%}; p from the interval's t "
+        f"distribution){unmarked}.",
     ]  # fmt: skip
     if "seeds for 80%" in frame.columns:
         notes.append(POWER_NOTE)

@@ -100,18 +100,18 @@ def check_sequential(exp: ExperimentResults) -> None:
 def verdict_note(declared_: Declared | None, rows: int, state: Replay | None = None) -> str:
     """What the verdict column means under this design, with its margin and where the margin came from."""
     d = declared_.design if declared_ is not None else Design()
-    holm = (f"better or worse where ΔBLEU's difference from 0 survives Holm's correction over the {rows} row"
-            f"{'s' if rows != 1 else ''} judged together")  # fmt: skip
+    together = (f"both kinds of test corrected together over the {rows} row{'s' if rows != 1 else ''} (Holm's "
+                "step-down with Shaffer's sharpening), so that the chance of any false verdict in the table is at "
+                f"most α {d.alpha:g}")  # fmt: skip
     if d.margin is None:
-        text = (
-            f"verdict: {holm}, else undecided (α {d.alpha:g}). No margin was declared, so no row can be called "
-            "equivalent: declare `margin:` in the experiment file, before looking, or pass --margin."
-        )
+        text = (f"verdict: better or worse where the test of ΔBLEU = 0 rejects after Holm's correction over the "
+                f"{rows} row{'s' if rows != 1 else ''} (family-wise α {d.alpha:g}), else undecided. No margin was "
+                "declared, so no row can be called equivalent: declare `margin:` in the experiment file, before "
+                "looking, or pass --margin.")  # fmt: skip
     else:
-        level = "its 1 − 2α_k interval, α_k the look's level" if d.sequential else f"its {1 - 2 * d.alpha:.0%} interval"
-        text = (f"verdict: equivalent where two one-sided tests put ΔBLEU inside ±{d.margin:g} BLEU ({level} "
-                f"inside the margin), else {holm}, else undecided; α {d.alpha:g}. "
-                f"The margin: {declared_.source}.")  # fmt: skip
+        text = (f"verdict: equivalent where two one-sided tests reject |ΔBLEU| ≥ {d.margin:g} BLEU, else better or "
+                f"worse where the test of ΔBLEU = 0 rejects, else undecided; {together}. The margin: "
+                f"{declared_.source}.")  # fmt: skip
     if d.sequential:
         levels = ", ".join(f"{d.alpha_at(k):.4f}" for k in range(d.looks))
         text += (f" Sequential (ablate run --until-decided): every run started with {d.first} seeds and each "

@@ -64,8 +64,8 @@ def until_decided(experiment: Experiment, options: runner.Options, console) -> r
         more = sum(d.max_seeds - n for n in wanted.values())
         seeds = _finished(record, have) | {run: record.seeds[:n] for run, n in wanted.items() if n > have[run]}
         look = replayed.looks + 1
-        console.print(f"until decided: look {look} of {d.looks} (α {d.alpha_at(look - 1):.4f}): "
-                      f"{len(wanted) - 1} of {rows} rows undecided; "
+        judged = "every run's first seeds" if look == 1 else f"{len(wanted) - 1} of {rows} rows still undecided"
+        console.print(f"until decided: look {look} of {d.looks} (α {d.alpha_at(look - 1):.4f}), {judged}: "
                       f"{'training' if adding else 'reading'} "
                       + (", ".join(f"{run} to {n} seeds" for run, n in adding.items()) or "the finished seeds")
                       + f"; at most {more} more seeds after this look", highlight=False)  # fmt: skip
