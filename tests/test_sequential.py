@@ -5,6 +5,7 @@ import csv
 import io
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -81,6 +82,7 @@ def replayed(root: Path):
 def test_it_stops_by_itself_and_a_kill_9_loses_nothing_finished(killed_and_resumed):
     run = killed_and_resumed
     assert "until decided: look 1 of 2" in run.resumed.stdout
+    assert re.search(r"look 2 of 2 .*; at most 0 more seeds after this look", run.resumed.stdout)  # `same` gets there
     assert "seq: verdicts" in run.resumed.stdout and "seeds: " in run.resumed.stdout
     for path, text in run.before_kill.items():  # a finished seed is read, never trained again
         assert path.read_bytes() == text

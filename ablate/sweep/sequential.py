@@ -61,9 +61,9 @@ def until_decided(experiment: Experiment, options: runner.Options, console) -> r
             break
         wanted = replayed.wanted
         adding = {run: n for run, n in wanted.items() if n > have[run]}
-        more = sum(d.max_seeds - n for n in wanted.values())
-        seeds = _finished(record, have) | {run: record.seeds[:n] for run, n in wanted.items() if n > have[run]}
         look = replayed.looks + 1
+        more = sum(d.max_seeds - n for n in wanted.values()) if look < d.looks else 0  # the last look adds none
+        seeds = _finished(record, have) | {run: record.seeds[:n] for run, n in wanted.items() if n > have[run]}
         judged = "every run's first seeds" if look == 1 else f"{len(wanted) - 1} of {rows} rows still undecided"
         console.print(f"until decided: look {look} of {d.looks} (α {d.alpha_at(look - 1):.4f}), {judged}: "
                       f"{'training' if adding else 'reading'} "
