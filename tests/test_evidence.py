@@ -35,3 +35,21 @@ def test_the_report_of_the_evidence_runs_and_sets_table3_beside_the_paper():
             "label_smoothing=0.2": "D", "positions=learned": "E"}  # fmt: skip
     for run, row in rows.items():
         assert re.search(rf"│ {re.escape(run)} +│ +{row} │", report.stdout), run
+
+
+def test_every_reused_result_names_a_committed_run_with_its_spec_and_seed():
+    """A copied result says where it came from (reused_from); that run must exist under results/ with the same
+    config hash and seed, also after experiments are renamed (the short evidence became <name>-short)."""
+    import json
+
+    checked = 0
+    for path in (ROOT / "results").glob("*/runs/*/seed-*/result.json"):
+        result = json.loads(path.read_text())
+        if not result.get("reused_from"):
+            continue
+        source = ROOT / "results" / result["reused_from"] / "result.json"
+        assert source.is_file(), f"{path}: reused_from {result['reused_from']} is not a committed run"
+        origin = json.loads(source.read_text())
+        assert (origin["config_hash"], origin["seed"]) == (result["config_hash"], result["seed"]), path
+        checked += 1
+    assert checked > 20  # the committed evidence shares its baselines
