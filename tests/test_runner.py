@@ -260,7 +260,7 @@ def test_seeds_give_mean_and_std_with_n(tmp_path):
 def test_dry_run_plans_and_trains_nothing(tmp_path):
     run = cli("run", "experiments/pe.yaml", "--seeds", "1,2", "--dry-run", "--results", str(tmp_path))
     assert run.returncode == 0, run.stderr
-    for expected in ["8 job(s), nothing trained", "positions=rotary", "5,489,664", "<= 1,024 a side", "1,000", "run"]:
+    for expected in ["8 job(s), nothing trained", "positions=rotary", "5,489,664", "<= 1,024 a side", "8,000", "run"]:
         assert expected in run.stdout
     assert not any(tmp_path.iterdir())
 
