@@ -139,7 +139,10 @@ def build_parser() -> Parser:
                             "judged within seed noise")  # fmt: skip
     check.add_argument("--noise", action="store_true",
                        help="judge within seed noise even on the machine that made the reference "
-                            "(default: exactly there)")  # fmt: skip
+                            "(default: exactly there, unless the reference says mode: noise)")  # fmt: skip
+    check.add_argument("--from-results", type=Path, metavar="DIR",
+                       help="with --update: read each seed from a run that finished under DIR with the same spec "
+                            "and seed (as `ablate run` reuses runs) and train only the others")  # fmt: skip
     check.set_defaults(handler=cmd_check)
 
     validate = commands.add_parser("validate", help="check experiment files and list their runs")
@@ -348,7 +351,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 def cmd_check(args: argparse.Namespace) -> int:
     from ablate.check.run import check_all
 
-    return check_all(args.references, args.update, args.keep, console(), args.threads, args.noise)
+    return check_all(args.references, args.update, args.keep, console(), args.threads, args.noise, args.from_results)
 
 
 def cmd_data(args: argparse.Namespace) -> int:

@@ -8,9 +8,13 @@ CPU would, it is judged within seed noise and passes; with the learning rate hal
 for Pre-LN, it fails, in the noise mode too.
 """
 
+import hashlib
+import json
 import math
 import subprocess
 import sys
+from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 import yaml
@@ -21,9 +25,18 @@ from ablate.record import RunResult
 from tests.conftest import ALL_CORES, ROOT, cli
 
 
+@dataclass(frozen=True)
+class Small:
+    path: Path  # the reference file
+    update: subprocess.CompletedProcess  # `ablate check --update ... --from-results`
+    results: Path  # the sweep's results tree its first four seeds were read from
+
+
 @pytest.fixture(scope="module")
-def small(tmp_path_factory):
-    """A reference file made here: tiny.yaml's model on 2,000 pairs for 200 steps, 5 seeds, 1 thread each."""
+def made(tmp_path_factory) -> Small:
+    """A reference file made here: tiny.yaml's model on 2,000 pairs for 200 steps, 5 seeds, 1 thread each. Seeds 1-4
+    trained as a sweep (`ablate run --seeds 4 --threads-per-run 1`), read by `--update --from-results`, which
+    trains the fifth itself."""
     folder = tmp_path_factory.mktemp("reference")
     source = folder / "small.yaml"
     source.write_text(f"""
@@ -37,14 +50,23 @@ training: {{max_steps: 200, validate_every: 50}}
         "name": "small", "description": "tiny.yaml's model for 200 steps", "source": str(source),
         "status": "not yet measured", "device": "cpu", "threads": 1, "seeds": 5, "why": "a test",
     }, sort_keys=False))  # fmt: skip
-    made = cli("check", "--update", str(path))
-    assert made.returncode == 0, made.stdout + made.stderr
+    results = folder / "results"
+    swept = cli("run", str(source), "--seeds", "4", "--threads-per-run", "1", "--results", str(results),
+                cores=ALL_CORES)  # fmt: skip
+    assert swept.returncode == 0, swept.stdout + swept.stderr
+    update = cli("check", "--update", str(path), "--from-results", str(results))
+    assert update.returncode == 0, update.stdout + update.stderr
     ref = Reference.model_validate(yaml.safe_load(path.read_text()))
     assert ref.status == "measured" and sorted(ref.expected.seeds) == [1, 2, 3, 4, 5]
     assert set(ref.expected.seeds[1].valid_loss) == {0, 50, 100, 150, 200}
     assert ref.machine["device"].endswith(", 1 thread") and ref.machine["precision"] == "fp32"
     assert len({run.hypotheses for run in ref.expected.seeds.values()}) == 5  # five seeds, five translations
-    return path
+    return Small(path, update, results)
+
+
+@pytest.fixture(scope="module")
+def small(made) -> Path:
+    return made.path
 
 
 def variant(small, tmp_path, change) -> str:
@@ -94,6 +116,36 @@ def test_swapping_post_ln_for_pre_ln_fails_within_seed_noise(small, tmp_path):
 
     run = cli("check", variant(small, tmp_path, swap), "--noise")
     assert run.returncode == 1 and "OUTSIDE" in run.stdout, run.stdout + run.stderr
+
+
+def test_update_from_results_reads_the_finished_seeds_and_trains_only_the_others(made):
+    """Seeds 1-4 are the sweep's runs, read and not trained; seed 5, missing there, trained by the check. That the
+    check's exact re-run of seed 1 passes (above) shows a sweep's run and the check's are the same run."""
+    out = made.update.stdout
+    assert "seed 4: read from" in out and "no finished run of seed(s) 5: they train" in out
+    assert "seed-1: started" not in out and "seed-5: started" in out
+    seeds = load(made.path).expected.seeds
+    for seed in (1, 2, 3, 4):
+        run = made.results / "small" / "runs" / "baseline" / f"seed-{seed}"
+        scores = json.loads((run / "result.json").read_text())["scores"]["test_2017_mscoco"]
+        assert seeds[seed].run.endswith(f"small/runs/baseline/seed-{seed}") and seeds[seed].device.endswith("1 thread")
+        assert (seeds[seed].bleu, seeds[seed].chrf) == (scores["bleu"], scores["chrf"])
+        digest = hashlib.sha256((run / "hypotheses" / "test_2017_mscoco.txt").read_bytes()).hexdigest()
+        assert seeds[seed].hypotheses == digest
+    assert seeds[5].run is None and seeds[5].device is None  # trained by the check
+
+
+def test_a_reference_in_noise_mode_is_judged_within_seed_noise_on_its_own_machine_too():
+    from ablate.check.compare import exact_here, mode_line
+
+    here = result(20.0, 50.0, 3.0).result
+    exact = reference(s1=(20.0, 50.0, 3.0), s2=(21.0, 50.0, 3.0), s3=(22.0, 50.0, 3.0))
+    noise = exact.model_copy(update={"mode": "noise"})
+    assert exact_here(exact, here, noise=False) and not exact_here(exact, here, noise=True)
+    assert not exact_here(noise, here, noise=False)
+    assert mode_line(noise, here, exact=False, noise=False).startswith("same machine, the reference's mode (")
+    elsewhere = result(20.0, 50.0, 3.0, device="cpu there").result
+    assert mode_line(noise, elsewhere, exact=False, noise=False).startswith("other machine (cpu there;")
 
 
 def test_the_fast_cpu_reference_passes_here():
@@ -150,13 +202,17 @@ def test_exact_mode_wants_every_digit_and_the_same_hypotheses():
 
 
 def test_references_not_yet_measured_are_said_so_and_bad_names_get_one_line():
-    run = cli("check", "transformer-tiny")
+    run = cli("check", "seq2seq-notebook")
     assert run.returncode == 1 and "not yet measured; to measure it: ablate check --update" in run.stdout
-    assert run.stderr.strip() == "check failed: results/reference/transformer-tiny.yaml"
+    assert run.stderr.strip() == "check failed: results/reference/seq2seq-notebook.yaml"
     bad = cli("check", "tiny-cpuu")
     assert bad.returncode == 2 and bad.stderr.startswith("tiny-cpuu: no such reference; did you mean 'tiny-cpu'?")
     threads = cli("check", "tiny-cpu", "--threads", "0")
     assert threads.returncode == 2 and "--threads" in threads.stderr and "Traceback" not in threads.stderr
+    alone = cli("check", "tiny-cpu", "--from-results", "results")
+    assert alone.returncode == 2 and alone.stderr.strip().startswith("--from-results: only with --update"), alone.stderr
+    missing = cli("check", "tiny-cpu", "--update", "--from-results", "no/such/dir")
+    assert missing.returncode == 2 and missing.stderr.strip() == "--from-results no/such/dir: no such directory"
 
 
 def test_every_reference_file_is_valid_and_measured_ones_keep_their_machine():

@@ -37,8 +37,10 @@ def same_machine(ref: Reference, result: RunResult) -> bool:
 
 
 def exact_here(ref: Reference, result: RunResult, noise: bool) -> bool:
-    """Whether `result` is judged exactly: a CPU reference re-run where it was made, unless `--noise` asks."""
-    return ref.device == "cpu" and same_machine(ref, result) and not noise  # GPU kernels are not bit-deterministic
+    """Whether `result` is judged exactly: a CPU reference re-run where it was made, unless `--noise` or the
+    reference's own `mode: noise` asks otherwise."""
+    exact = ref.device == "cpu" and ref.mode == "exact"  # GPU kernels are not bit-deterministic
+    return exact and same_machine(ref, result) and not noise
 
 
 def compare_exact(ref: Reference, measured: Measured) -> list[Row]:
@@ -96,8 +98,14 @@ def mode_line(ref: Reference, result: RunResult, exact: bool, noise: bool) -> st
     if exact:
         return f"same machine ({made}): exact"
     k = ref.tolerance.multiple(len(ref.expected.seeds))
-    return (f"{'asked for' if noise else 'other machine'} ({machine(result)['device']}; made on {made}): within "
-            f"seed noise, {k:.2f} sd of {len(ref.expected.seeds)} seeds")  # fmt: skip
+    if noise:
+        why = "asked for"
+    elif ref.mode == "noise" and same_machine(ref, result):
+        why = "same machine, the reference's mode"
+    else:
+        why = "other machine"
+    return (f"{why} ({machine(result)['device']}; made on {made}): within seed noise, {k:.2f} sd of "
+            f"{len(ref.expected.seeds)} seeds")  # fmt: skip
 
 
 def table(title: str, rows: list[Row]) -> Table:

@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ablate.check.reference import REFERENCES, Expected, Measured, Reference
-from ablate.record import RunResult, resolved_precision
-from ablate.rundir import as_stored, hypotheses_path, read_metrics
+from ablate.record import RunResult, Status, resolved_precision
+from ablate.rundir import as_stored, finished_jobs, hypotheses_path, read_metrics, read_result
 
 if TYPE_CHECKING:
     from ablate.sweep.devices import Resources
@@ -47,6 +47,29 @@ def measure(ref: Reference, spec: dict[str, Any], plugins: list[str], seeds: lis
         view.close()
     split = spec["data"]["test"][0]
     return {job.seed: _measured(outcomes[job.label], job.directory, split) for job in jobs}
+
+
+def finished_seeds(ref: Reference, spec: dict[str, Any], plugins: list[str], seeds: list[int],
+                   results: Path) -> dict[int, Measured]:  # fmt: skip
+    """The seeds that already finished under `results` as completed runs of the same spec and seed (the config hash
+    by which `ablate run` reuses a run), read back instead of trained; the others are not in the dict."""
+    from ablate.sweep.plan import job_of
+
+    experiment = _experiment(ref, spec, plugins)
+    finished = finished_jobs(results)
+    split = spec["data"]["test"][0]
+    found = {}
+    for seed in seeds:
+        directory = finished.get(job_of(experiment, experiment.baseline, seed, results).config_hash)
+        result = read_result(directory) if directory is not None else None
+        if result is not None and result.status == Status.COMPLETED:
+            found[seed] = _measured(result, directory, split, run=str(_relative(directory)))
+    return found
+
+
+def _relative(path: Path) -> Path:
+    path = path.resolve()
+    return path.relative_to(Path.cwd()) if path.is_relative_to(Path.cwd()) else path
 
 
 def can_measure(ref: Reference) -> bool:
@@ -88,12 +111,12 @@ def _resources(device: str, threads: int | None) -> Resources:
     return Resources([], cpus=cores, threads_per_run=min(threads, len(cores)))
 
 
-def _measured(outcome: RunResult, directory: Path, split: str) -> Measured:
+def _measured(outcome: RunResult, directory: Path, split: str, run: str | None = None) -> Measured:
     """A seed's outcome with the validation losses from metrics.jsonl and the sha256 of the split's hypotheses."""
     losses = {r["step"]: r["valid_loss"] for r in read_metrics(directory) if "valid_loss" in r}
     path = hypotheses_path(directory, split)
     digest = hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else None
-    return Measured(outcome, losses, digest)
+    return Measured(outcome, losses, digest, run)
 
 
 def resolve_source(ref: Reference) -> tuple[dict[str, Any], list[str]]:

@@ -38,6 +38,8 @@ class SeedRun(BaseModel):
     chrf: float
     valid_loss: dict[int, float] = Field(description="validation loss at fixed steps")
     hypotheses: str = Field(description="sha256 of the test split's hypotheses file")
+    run: str | None = Field(None, description="the finished run it was read from (`--update --from-results`)")
+    device: str | None = Field(None, description="where that run trained, when read from one")
 
     @property
     def curve(self) -> float:
@@ -53,6 +55,7 @@ class Measured:
     result: RunResult
     valid_losses: dict[int, float] = field(default_factory=dict)
     hypotheses_sha256: str | None = None
+    run: str | None = None  # the finished run it was read from, when not trained by the check
 
     def seed_run(self, split: str) -> SeedRun | None:
         """The seed as a reference keeps it; None for a run with no scores or losses to compare (it failed before
@@ -61,7 +64,8 @@ class Measured:
         if score is None or not self.valid_losses or self.hypotheses_sha256 is None:
             return None
         return SeedRun(bleu=score.bleu, chrf=score.chrf, valid_loss=dict(sorted(self.valid_losses.items())),
-                       hypotheses=self.hypotheses_sha256)  # fmt: skip
+                       hypotheses=self.hypotheses_sha256, run=self.run,
+                       device=self.result.device if self.run else None)  # fmt: skip
 
 
 class Expected(BaseModel):
@@ -129,6 +133,11 @@ class Reference(BaseModel):
     status: Literal["measured", "not yet measured"]
     device: Literal["cpu", "cuda"] = "cpu"
     threads: int | None = Field(None, description="CPU threads the reference pins")
+    mode: Literal["exact", "noise"] = Field(
+        "exact",
+        description="how a check on the machine that made it judges: exact (elsewhere always within seed noise), or "
+        "noise (everywhere: its seeds came from several machines, or bit-equality is not what it guards)",
+    )
     seeds: int = Field(3, ge=2, description="seeds `--update` measures (their spread sets the tolerances)")
     tolerance: Tolerance = Field(default_factory=Tolerance)
     why: str = Field(description="why the tolerances are what they are")
@@ -170,6 +179,8 @@ def load(path: Path) -> Reference:
 def dump(ref: Reference) -> str:
     """The reference as YAML, in the order people read it."""
     data = ref.model_dump(mode="json", exclude_none=True)
+    if data["mode"] == "exact":
+        del data["mode"]  # the default, which files written before `mode` existed leave out
     return "# Made and rewritten by `ablate check --update`; see results/reference/README.md.\n" + yaml.safe_dump(
         data, sort_keys=False, allow_unicode=True, width=100
     )

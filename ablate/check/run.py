@@ -25,7 +25,15 @@ from ablate.check.compare import (
     verdict,
     within,
 )
-from ablate.check.measure import can_measure, environment, expected_from, measure, resolve_source, source_changed
+from ablate.check.measure import (
+    can_measure,
+    environment,
+    expected_from,
+    finished_seeds,
+    measure,
+    resolve_source,
+    source_changed,
+)
 from ablate.check.reference import Measured, Reference, dump, find, load
 from ablate.errors import UserError
 from ablate.files import write_text
@@ -33,11 +41,13 @@ from ablate.record import Status, resolved_precision
 
 
 def check(path: Path, update: bool, keep: Path | None, named: bool, out, threads: int | None = None,
-          noise: bool = False) -> bool:  # fmt: skip
+          noise: bool = False, from_results: Path | None = None) -> bool:  # fmt: skip
     """Re-runs one reference and prints expected against measured (or rewrites it); False when it fails.
 
     `threads`: train with this many CPU threads instead of the reference's (a run that differs as another
-    CPU's would); `noise`: judge within seed noise even on the machine that made the reference."""
+    CPU's would); `noise`: judge within seed noise even on the machine that made the reference;
+    `from_results`: with `update`, read the seeds that finished there (same spec and seed) instead of training
+    them again."""
     ref = load(path)
     if ref.status != "measured" and not update:
         out.print(f"{path}: {ref.name}: not yet measured; to measure it: ablate check --update {path}", highlight=False)
@@ -55,9 +65,18 @@ def check(path: Path, update: bool, keep: Path | None, named: bool, out, threads
     what = f"{len(seeds)} seeds of " if len(seeds) > 1 else ""
     out.print(f"{path}: {'measuring' if update else 're-running'} {what}{ref.name} ({ref.description})",
               highlight=False)  # fmt: skip
+    measured = finished_seeds(ref, spec, plugins, seeds, from_results) if update and from_results else {}
+    for seed, m in measured.items():
+        out.print(f"  seed {seed}: read from {m.run} (finished, the same spec and seed)", highlight=False)
+    if from_results is not None and len(measured) < len(seeds):
+        out.print(f"  {from_results}: no finished run of seed(s) "
+                  f"{', '.join(str(s) for s in seeds if s not in measured)}: they train", highlight=False)  # fmt: skip
     with contextlib.ExitStack() as stack:
         work = keep if keep is not None else Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="ablate-")))
-        measured = measure(ref, spec, plugins, seeds, threads or ref.threads, work, out)
+        train = [seed for seed in seeds if seed not in measured]
+        if train:
+            measured |= measure(ref, spec, plugins, train, threads or ref.threads, work, out)
+    measured = dict(sorted(measured.items()))
     for seed, m in measured.items():
         if m.result.status != Status.COMPLETED:
             out.print(f"{ref.name}: seed {seed}: the run {m.result.status}: {m.result.error or ''}", highlight=False)
@@ -104,9 +123,14 @@ def _compare(ref: Reference, measured: Measured, seed: int, noise: bool, out) ->
 
 
 def check_all(names: list[str], update: bool, keep: Path | None, out, threads: int | None = None,
-              noise: bool = False) -> int:  # fmt: skip
+              noise: bool = False, from_results: Path | None = None) -> int:  # fmt: skip
     """`ablate check`: each named reference (default: every measured one); the exit code, 1 when any failed."""
-    failed = [str(path) for path in find(names) if not check(path, update, keep, bool(names), out, threads, noise)]
+    if from_results is not None and not update:
+        raise UserError("--from-results: only with --update (a check re-runs its seed; --update may read them)")
+    if from_results is not None and not from_results.is_dir():
+        raise UserError(f"--from-results {from_results}: no such directory")
+    failed = [str(path) for path in find(names)
+              if not check(path, update, keep, bool(names), out, threads, noise, from_results)]  # fmt: skip
     if failed:
         print(f"check failed: {', '.join(failed)}", file=sys.stderr)
         return 1
