@@ -21,6 +21,7 @@ import yaml
 
 from ablate.check.compare import compare_exact, compare_noise
 from ablate.check.reference import Expected, Measured, Reference, SeedRun, Tolerance, dump, load
+from ablate.errors import UserError
 from ablate.record import RunResult
 from tests.conftest import ALL_CORES, ROOT, cli
 
@@ -128,11 +129,57 @@ def test_update_from_results_reads_the_finished_seeds_and_trains_only_the_others
     for seed in (1, 2, 3, 4):
         run = made.results / "small" / "runs" / "baseline" / f"seed-{seed}"
         scores = json.loads((run / "result.json").read_text())["scores"]["test_2017_mscoco"]
-        assert seeds[seed].run.endswith(f"small/runs/baseline/seed-{seed}") and seeds[seed].device.endswith("1 thread")
+        assert seeds[seed].run.endswith(f"small/runs/baseline/seed-{seed}")
+        assert seeds[seed].device is None  # all five trained on this machine: its device is the reference's
         assert (seeds[seed].bleu, seeds[seed].chrf) == (scores["bleu"], scores["chrf"])
         digest = hashlib.sha256((run / "hypotheses" / "test_2017_mscoco.txt").read_bytes()).hexdigest()
         assert seeds[seed].hypotheses == digest
-    assert seeds[5].run is None and seeds[5].device is None  # trained by the check
+    assert seeds[5].run is None  # trained by the check
+    environment = load(made.path).environment  # seed 1's, read: where and when that run trained
+    assert environment["read_from"] == seeds[1].run and environment["commit"] is None
+
+
+def test_from_results_reads_only_runs_the_reference_could_have_trained(made, tmp_path):
+    """No training: the swept seeds' result.json edited as other runs would have left them."""
+    import io
+    import shutil
+
+    from rich.console import Console
+
+    from ablate.check.measure import finished_seeds, resolve_source
+
+    results = tmp_path / "results"
+    shutil.copytree(made.results, results)
+    runs = results / "small" / "runs" / "baseline"
+    shutil.copytree(runs / "seed-1", results / "zz" / "runs" / "baseline" / "seed-1")  # a second run of seed 1
+
+    def edit(seed, **fields):
+        path = runs / f"seed-{seed}" / "result.json"
+        path.write_text(json.dumps(json.loads(path.read_text()) | fields))
+
+    edit(1, gpus=1)  # trained on a GPU: zz's seed 1, after it in path order, is read instead
+    edit(2, threads=2)  # other threads: not for an exact reference
+    edit(3, status="diverged")
+    edit(4, reused_from="elsewhere/runs/baseline/seed-4")  # a copy: its source would be read, not it
+    ref = load(made.path)
+    spec, plugins = resolve_source(ref)
+    out = Console(file=io.StringIO(), width=400)
+    found = finished_seeds(ref, spec, plugins, [1, 2, 3, 4, 5], results, out)
+    assert sorted(found) == [1] and found[1].run.endswith("zz/runs/baseline/seed-1")
+    said = out.file.getvalue()
+    assert "seed 1: " in said and "it trained on a GPU, the reference is a cpu one" in said
+    assert "seed 2: " in said and "it trained with 2 thread(s), the reference pins 1" in said
+    noise = ref.model_copy(update={"mode": "noise"})  # within seed noise, other threads are welcome
+    assert sorted(finished_seeds(noise, spec, plugins, [1, 2], results, out)) == [1, 2]
+    edit(2, precision="bf16")
+    assert sorted(finished_seeds(noise, spec, plugins, [1, 2], results, out)) == [1]
+    assert "it trained in bf16, the seeds read before in fp32" in out.file.getvalue()
+
+    (runs / "seed-2" / "result.json").unlink()  # interrupted: it would train here from scratch
+    with pytest.raises(UserError, match=r"seed-2: the reference's spec and seed 2, not finished; finish it with"):
+        finished_seeds(ref, spec, plugins, [1, 2], results, out)
+    with pytest.raises(UserError, match=r"no runs \(<experiment>/runs/<run>/seed-<n>\) under it; its parent, perhaps"):
+        finished_seeds(ref, spec, plugins, [1], results / "small", out)
 
 
 def test_a_reference_in_noise_mode_is_judged_within_seed_noise_on_its_own_machine_too():
@@ -251,6 +298,15 @@ def test_every_measured_reference_file_dumps_back_byte_for_byte():
     assert measured
     for path in measured:
         assert dump(load(path)) == path.read_text(encoding="utf-8"), path
+
+
+def test_a_reference_file_with_a_mode_dumps_back_byte_for_byte(tmp_path):
+    for mode in ("exact", "noise"):
+        text = dump(reference(s1=(20.0, 50.0, 3.0), s2=(21.0, 50.0, 3.0)).model_copy(update={"mode": mode}))
+        assert f"\nmode: {mode}\n" in text
+        path = tmp_path / f"{mode}.yaml"
+        path.write_text(text, encoding="utf-8")
+        assert dump(load(path)) == text
 
 
 def test_the_reference_file_and_the_comparison_import_neither_torch_nor_training_nor_launchers():

@@ -100,6 +100,8 @@ def mode_line(ref: Reference, result: RunResult, exact: bool, noise: bool) -> st
     k = ref.tolerance.multiple(len(ref.expected.seeds))
     if noise:
         why = "asked for"
+    elif ref.device == "cuda" and same_machine(ref, result):
+        why = "same GPU, whose kernels are not bit-deterministic"
     elif ref.mode == "noise" and same_machine(ref, result):
         why = "same machine, the reference's mode"
     else:

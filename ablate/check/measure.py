@@ -17,8 +17,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ablate.check.reference import REFERENCES, Expected, Measured, Reference
+from ablate.errors import UserError
 from ablate.record import RunResult, Status, resolved_precision
-from ablate.rundir import as_stored, finished_jobs, hypotheses_path, read_metrics, read_result
+from ablate.rundir import STALE, as_stored, hypotheses_path, read_metrics, read_result, stored_hash
 
 if TYPE_CHECKING:
     from ablate.sweep.devices import Resources
@@ -49,22 +50,53 @@ def measure(ref: Reference, spec: dict[str, Any], plugins: list[str], seeds: lis
     return {job.seed: _measured(outcomes[job.label], job.directory, split) for job in jobs}
 
 
-def finished_seeds(ref: Reference, spec: dict[str, Any], plugins: list[str], seeds: list[int],
-                   results: Path) -> dict[int, Measured]:  # fmt: skip
-    """The seeds that already finished under `results` as completed runs of the same spec and seed (the config hash
-    by which `ablate run` reuses a run), read back instead of trained; the others are not in the dict."""
+def finished_seeds(ref: Reference, spec: dict[str, Any], plugins: list[str], seeds: list[int], results: Path,
+                   console) -> dict[int, Measured]:  # fmt: skip
+    """The seeds that completed under `results` (<experiment>/runs/<run>/seed-<n>) as runs of the same spec and
+    seed (the config hash by which `ablate run` reuses a run), read back instead of trained; the others are not in
+    the dict. A run is read only where the reference could have trained it: on its kind of device, in one
+    precision with the other seeds, and with its threads when the reference is judged exactly (its first seed is
+    re-run and must come out the same). A run of the same spec and seed that has not finished is an error: it
+    would train again here from scratch, for as long as it took there."""
     from ablate.sweep.plan import job_of
 
+    directories = [d for d in sorted(results.glob("*/runs/*/seed-*")) if STALE not in d.name and d.is_dir()]
+    if not directories:
+        hint = "; its parent, perhaps?" if (results / "runs").is_dir() else ""
+        raise UserError(f"--from-results {results}: no runs (<experiment>/runs/<run>/seed-<n>) under it{hint}")
+    by_hash: dict[str, list[Path]] = {}
+    for directory in directories:
+        by_hash.setdefault(stored_hash(directory) or "", []).append(directory)
     experiment = _experiment(ref, spec, plugins)
-    finished = finished_jobs(results)
     split = spec["data"]["test"][0]
-    found = {}
+    found: dict[int, Measured] = {}
     for seed in seeds:
-        directory = finished.get(job_of(experiment, experiment.baseline, seed, results).config_hash)
-        result = read_result(directory) if directory is not None else None
-        if result is not None and result.status == Status.COMPLETED:
-            found[seed] = _measured(result, directory, split, run=str(_relative(directory)))
+        for directory in by_hash.get(job_of(experiment, experiment.baseline, seed, results).config_hash, []):
+            result = read_result(directory)
+            if result is None or not result.finished:
+                raise UserError(
+                    f"--from-results: {directory}: the reference's spec and seed {seed}, not finished; finish it "
+                    "with `ablate run` first, or leave out --from-results to train it here"
+                )
+            why = _unlike(ref, result, next(iter(found.values()), None))
+            if why:
+                console.print(f"  seed {seed}: {directory} not read: {why}", highlight=False)
+            elif result.status == Status.COMPLETED and not result.reused_from:
+                found[seed] = _measured(result, directory, split, run=str(_relative(directory)))
+                break
     return found
+
+
+def _unlike(ref: Reference, result: RunResult, first: Measured | None) -> str | None:
+    """Why a finished run is not one the reference could have trained, or None."""
+    if bool(result.gpus) != (ref.device == "cuda"):
+        return f"it trained on {'a GPU' if result.gpus else 'the CPU'}, the reference is a {ref.device} one"
+    if first is not None and result.precision != first.result.precision:
+        return f"it trained in {result.precision}, the seeds read before in {first.result.precision}"
+    if ref.mode == "exact" and ref.threads is not None and result.threads != ref.threads:
+        return (f"it trained with {result.threads} thread(s), the reference pins {ref.threads} and is judged exactly "
+                "(mode: noise would take it)")  # fmt: skip
+    return None
 
 
 def _relative(path: Path) -> Path:
@@ -139,17 +171,22 @@ def expected_from(measured: dict[int, Measured], spec: dict[str, Any]) -> Expect
     """What the seeds measured, as the reference keeps it."""
     split = spec["data"]["test"][0]
     first = measured[min(measured)].result
+    several = len({m.result.device for m in measured.values()}) > 1  # then each seed says where it trained
     return Expected(split=split, params=first.params,
-                    seeds={seed: m.seed_run(split) for seed, m in sorted(measured.items())})  # fmt: skip
+                    seeds={seed: m.seed_run(split, several) for seed, m in sorted(measured.items())})  # fmt: skip
 
 
-def environment(result: RunResult) -> dict[str, Any]:
-    """Where and when a seed was measured, with what: the reference's `environment`."""
+def environment(measured: Measured) -> dict[str, Any]:
+    """Where and when a seed was measured, with what: the reference's `environment`. A seed read from a finished run
+    (`--from-results`) has that run's host and date, and the commit it trained at is not known."""
+    result = measured.result
+    read = measured.run is not None
     return {
         "torch": result.torch, "python": result.python, "device": result.device, "precision": result.precision,
-        "seed": result.seed, "host": platform.node(), "date": time.strftime("%Y-%m-%d"), "commit": _commit(),
-        "wall_seconds": result.wall_seconds,
-    }  # fmt: skip
+        "seed": result.seed, "host": result.host if read else platform.node(),
+        "date": (result.ended_at or "")[:10] if read else time.strftime("%Y-%m-%d"),
+        "commit": None if read else _commit(), "wall_seconds": result.wall_seconds,
+    } | ({"read_from": measured.run} if read else {})  # fmt: skip
 
 
 def _commit() -> str | None:

@@ -39,7 +39,7 @@ class SeedRun(BaseModel):
     valid_loss: dict[int, float] = Field(description="validation loss at fixed steps")
     hypotheses: str = Field(description="sha256 of the test split's hypotheses file")
     run: str | None = Field(None, description="the finished run it was read from (`--update --from-results`)")
-    device: str | None = Field(None, description="where that run trained, when read from one")
+    device: str | None = Field(None, description="where it trained, when the seeds trained on several devices")
 
     @property
     def curve(self) -> float:
@@ -57,15 +57,16 @@ class Measured:
     hypotheses_sha256: str | None = None
     run: str | None = None  # the finished run it was read from, when not trained by the check
 
-    def seed_run(self, split: str) -> SeedRun | None:
-        """The seed as a reference keeps it; None for a run with no scores or losses to compare (it failed before
-        decoding): the one place that reads its scores and losses."""
+    def seed_run(self, split: str, device: bool = False) -> SeedRun | None:
+        """The seed as a reference keeps it, with the device it trained on when `device` (the seeds trained on
+        several); None for a run with no scores or losses to compare (it failed before decoding): the one place
+        that reads its scores and losses."""
         score = self.result.scores.get(split)
         if score is None or not self.valid_losses or self.hypotheses_sha256 is None:
             return None
         return SeedRun(bleu=score.bleu, chrf=score.chrf, valid_loss=dict(sorted(self.valid_losses.items())),
                        hypotheses=self.hypotheses_sha256, run=self.run,
-                       device=self.result.device if self.run else None)  # fmt: skip
+                       device=self.result.device if device else None)  # fmt: skip
 
 
 class Expected(BaseModel):
@@ -179,8 +180,8 @@ def load(path: Path) -> Reference:
 def dump(ref: Reference) -> str:
     """The reference as YAML, in the order people read it."""
     data = ref.model_dump(mode="json", exclude_none=True)
-    if data["mode"] == "exact":
-        del data["mode"]  # the default, which files written before `mode` existed leave out
+    if "mode" not in ref.model_fields_set:
+        del data["mode"]  # files written before `mode` existed leave it out
     return "# Made and rewritten by `ablate check --update`; see results/reference/README.md.\n" + yaml.safe_dump(
         data, sort_keys=False, allow_unicode=True, width=100
     )

@@ -65,7 +65,7 @@ def check(path: Path, update: bool, keep: Path | None, named: bool, out, threads
     what = f"{len(seeds)} seeds of " if len(seeds) > 1 else ""
     out.print(f"{path}: {'measuring' if update else 're-running'} {what}{ref.name} ({ref.description})",
               highlight=False)  # fmt: skip
-    measured = finished_seeds(ref, spec, plugins, seeds, from_results) if update and from_results else {}
+    measured = finished_seeds(ref, spec, plugins, seeds, from_results, out) if update and from_results else {}
     for seed, m in measured.items():
         out.print(f"  seed {seed}: read from {m.run} (finished, the same spec and seed)", highlight=False)
     if from_results is not None and len(measured) < len(seeds):
@@ -103,7 +103,13 @@ def _update(path: Path, ref: Reference, spec: dict[str, Any], plugins: list[str]
     spec["training"]["precision"] = resolved_precision(spec["training"]["precision"], first.precision)
     updated = ref.model_copy(update={"status": "measured", "spec": spec, "plugins": plugins,
                                      "machine": machine(first), "expected": expected_from(measured, spec),
-                                     "environment": environment(first)})  # fmt: skip
+                                     "environment": environment(measured[seeds[0]])})  # fmt: skip
+    if ref.mode == "exact" and len({m.result.device for m in measured.values()}) > 1:
+        out.print(
+            f"  note: the seeds trained on several devices (each seed says which); seed {seeds[0]} is checked "
+            "exactly where it trained, and `mode: noise` would judge it within their noise",
+            highlight=False,
+        )
     write_text(path, dump(updated))
     out.print(f"{path}: rewritten with the measured values of seeds {', '.join(map(str, seeds))}", highlight=False)
     return True
