@@ -52,8 +52,7 @@ training: {{max_steps: 200, validate_every: 50}}
         "status": "not yet measured", "device": "cpu", "threads": 1, "seeds": 5, "why": "a test",
     }, sort_keys=False))  # fmt: skip
     results = folder / "results"
-    swept = cli("run", str(source), "--seeds", "4", "--threads-per-run", "1", "--results", str(results),
-                cores=ALL_CORES)  # fmt: skip
+    swept = cli("run", str(source), "--seeds", "4", "--threads-per-run", "1", "--results", str(results))
     assert swept.returncode == 0, swept.stdout + swept.stderr
     update = cli("check", "--update", str(path), "--from-results", str(results))
     assert update.returncode == 0, update.stdout + update.stderr
@@ -298,6 +297,24 @@ def test_every_measured_reference_file_dumps_back_byte_for_byte():
     assert measured
     for path in measured:
         assert dump(load(path)) == path.read_text(encoding="utf-8"), path
+
+
+def test_every_seed_a_reference_read_from_a_run_is_that_committed_run():
+    """A seed taken by `--update --from-results` names its run: it is committed and measured what the file says."""
+    read = 0
+    for path in sorted((ROOT / "results" / "reference").glob("*.yaml")):
+        ref = load(path)
+        for seed, run in ref.expected.seeds.items() if ref.expected else []:
+            if run.run is None:
+                continue
+            result = json.loads((ROOT / run.run / "result.json").read_text())
+            scores = result["scores"][ref.expected.split]
+            assert (result["seed"], result["status"], scores["bleu"], scores["chrf"]) == (
+                seed, "completed", run.bleu, run.chrf), (path, seed)  # fmt: skip
+            hypotheses = ROOT / run.run / "hypotheses" / f"{ref.expected.split}.txt"
+            assert hashlib.sha256(hypotheses.read_bytes()).hexdigest() == run.hypotheses, (path, seed)
+            read += 1
+    assert read >= 3  # transformer-tiny's three seeds
 
 
 def test_a_reference_file_with_a_mode_dumps_back_byte_for_byte(tmp_path):
