@@ -277,6 +277,12 @@ def stale_path(directory: Path) -> Path:
     return stale
 
 
+def run_directories(results: Path) -> list[Path]:
+    """Every job directory under `results` (<experiment>/runs/<run>/seed-<n>), in path order, set-aside stale
+    results left out."""
+    return [d for d in sorted(results.glob("*/runs/*/seed-*")) if STALE not in d.name and d.is_dir()]
+
+
 def finished_jobs(results: Path) -> dict[str, Path]:
     """Config hash -> a job directory under `results` (<experiment>/runs/<run>/seed-<n>) that completed or diverged.
 
@@ -284,9 +290,7 @@ def finished_jobs(results: Path) -> dict[str, Path]:
     sources themselves, so every copy names the job that trained.
     """
     found: dict[str, Path] = {}
-    for directory in sorted(results.glob("*/runs/*/seed-*")):
-        if STALE in directory.name or not directory.is_dir():
-            continue
+    for directory in run_directories(results):
         result = read_result(directory)
         if result and result.finished and not result.reused_from:
             found.setdefault(result.config_hash or stored_hash(directory) or "", directory)

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from ablate.check.reference import REFERENCES, Expected, Measured, Reference
 from ablate.errors import UserError
 from ablate.record import RunResult, Status, resolved_precision
-from ablate.rundir import STALE, as_stored, hypotheses_path, read_metrics, read_result, stored_hash
+from ablate.rundir import as_stored, hypotheses_path, read_metrics, read_result, run_directories, stored_hash
 
 if TYPE_CHECKING:
     from ablate.sweep.devices import Resources
@@ -60,7 +60,7 @@ def finished_seeds(ref: Reference, spec: dict[str, Any], plugins: list[str], see
     would train again here from scratch, for as long as it took there."""
     from ablate.sweep.plan import job_of
 
-    directories = [d for d in sorted(results.glob("*/runs/*/seed-*")) if STALE not in d.name and d.is_dir()]
+    directories = run_directories(results)
     if not directories:
         hint = "; its parent, perhaps?" if (results / "runs").is_dir() else ""
         raise UserError(f"--from-results {results}: no runs (<experiment>/runs/<run>/seed-<n>) under it{hint}")
