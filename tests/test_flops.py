@@ -89,10 +89,10 @@ def test_peak_is_measured_once_and_cached(tmp_path, monkeypatch):
     monkeypatch.setattr("ablate.train.flops.CoreShare.stop", lambda self: 1.0)  # the cores were this process's
     peak = peak_flops(CPU, "fp32", threads=1)
     assert peak > 1e8
-    cache = json.loads((tmp_path / "peak_flops.v2.json").read_text())
+    cache = json.loads((tmp_path / "peak_flops.v3.json").read_text())
     (key,) = cache
     cache[key] = 123.0  # what a second call reads instead of measuring
-    (tmp_path / "peak_flops.v2.json").write_text(json.dumps(cache))
+    (tmp_path / "peak_flops.v3.json").write_text(json.dumps(cache))
     assert peak_flops(CPU, "fp32", threads=1) == 123.0
 
 
@@ -102,10 +102,10 @@ def test_a_peak_measured_on_busy_cores_is_used_but_not_kept(tmp_path, monkeypatc
     monkeypatch.setattr("ablate.train.flops.measure_peak", lambda device, precision: next(measured))
     monkeypatch.setattr("ablate.train.flops.CoreShare.stop", lambda self: 0.6)  # others ran on 40% of the cores
     assert peak_flops(CPU, "fp32", threads=1) == 5e9
-    assert not (tmp_path / "peak_flops.v2.json").exists()
+    assert not (tmp_path / "peak_flops.v3.json").exists()
     monkeypatch.setattr("ablate.train.flops.CoreShare.stop", lambda self: 0.95)  # measured again, quietly: kept
     assert peak_flops(CPU, "fp32", threads=1) == 7e9
-    assert list(json.loads((tmp_path / "peak_flops.v2.json").read_text()).values()) == [7e9]
+    assert list(json.loads((tmp_path / "peak_flops.v3.json").read_text()).values()) == [7e9]
 
 
 def test_a_flop_model_is_counted_once_per_model_and_read_back(tmp_path, monkeypatch):

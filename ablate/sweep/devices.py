@@ -119,7 +119,8 @@ def resources(device: str, gpus_per_run: int, visible: list[int] | None = None, 
 
 
 def emulated_bf16(jobs: list[Job], resources: Resources) -> str | None:
-    """A warning, before training, when a spec forces bf16 on a CPU that only emulates it: how much slower it is."""
+    """A note, before training, when a spec forces bf16 on a CPU that only emulates it: how it is computed there
+    and at what speed against fp32."""
     forced = [job.label for job in jobs if job.spec["training"]["precision"] == "bf16"]
     if resources.gpus or not forced:
         return None
@@ -133,9 +134,11 @@ def emulated_bf16(jobs: list[Job], resources: Resources) -> str | None:
     cpu, threads = torch.device("cpu"), resources.threads_per_run or None
     ratio = peak_flops(cpu, "bf16", threads) / peak_flops(cpu, "fp32", threads)  # timed matmuls, cached a machine
     runs = ", ".join(forced[:3]) + (f" and {len(forced) - 3} more" if len(forced) > 3 else "")
-    return (f"warning: {runs} force training.precision bf16 on a CPU without native bf16 ({cpu_model()}, "
-            f"{cpu_isa()}): bf16 is emulated, and a matmul runs {1 / ratio:,.0f} times slower than in fp32 here; "
-            "precision auto (fp32 on this CPU) trains at full speed")  # fmt: skip
+    return (
+        f"note: {runs} force training.precision bf16 on a CPU without native bf16 ({cpu_model()}, "
+        f"{cpu_isa()}): its matmuls are emulated, bf16 operands and products summed in fp32 by fp32 kernels, "
+        f"at {ratio:.2f} times fp32's matmul speed here; precision auto (fp32 on this CPU) skips the rounding"
+    )
 
 
 def place(job: Job, gpus: int, gpu_ids: list[int] | None = None, device: str = "cuda",

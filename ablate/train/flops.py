@@ -147,16 +147,19 @@ def peak_flops(device: torch.device, precision: str, threads: int | None = None)
 
 
 def measure_peak(device: torch.device, precision: str, seconds: float = 1.0) -> float:
-    """The best FLOP/s of a square matmul, timed for `seconds`. The size doubles from 256 while one product takes
-    under 50 ms, up to PEAK_SIZE: where a precision is emulated (bf16 on a CPU without it), a large product would
-    take minutes."""
+    """The best FLOP/s of a square matmul, timed for `seconds`, computed as a run computes it (bf16 on a CPU without
+    native bf16 through ablate.train.bf16's fp32 kernels). The size doubles from 256 while one product takes under
+    50 ms, up to PEAK_SIZE."""
+    from ablate.train.bf16 import bf16_matmuls
+
     dtype = torch.bfloat16 if precision == "bf16" else torch.float32
 
     def timed(a: torch.Tensor, b: torch.Tensor) -> float:
         if device.type == "cuda":
             torch.cuda.synchronize(device)
         start = time.perf_counter()
-        torch.mm(a, b)
+        with bf16_matmuls(device, precision):
+            torch.mm(a, b)
         if device.type == "cuda":
             torch.cuda.synchronize(device)
         return time.perf_counter() - start
@@ -178,7 +181,7 @@ def measure_peak(device: torch.device, precision: str, seconds: float = 1.0) -> 
 def cache_file() -> Path:
     from ablate.data.tokenizer import cache_dir
 
-    return cache_dir() / "peak_flops.v2.json"  # v2: only quiet measurements (QUIET); v1 kept busy ones too
+    return cache_dir() / "peak_flops.v3.json"  # v3: emulated bf16 as ablate.train.bf16 computes it; v2: only quiet ones
 
 
 def cost(flops: float, seconds: float, target_tokens: int, budget: dict[str, float], used: dict[str, float],

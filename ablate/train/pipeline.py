@@ -25,6 +25,7 @@ from ablate.model.transformer import build_model, count_parameters
 from ablate.record import Status
 from ablate.rundir import CHECKPOINT, checkpoint_step, read_diagnostics, read_metrics, truncate_metrics
 from ablate.train import checkpoints, distributed
+from ablate.train.bf16 import bf16_matmuls
 from ablate.train.budgets import BudgetPoints
 from ablate.train.device import CoreShare, Placement, device_name
 from ablate.train.evaluation import decode, perplexity, score_tests, validate
@@ -35,8 +36,11 @@ from ablate.train.trainer import Outcome, Progress, Trainer, autocast, validatio
 
 
 def train_and_evaluate(job: Job, placement: Placement, stop: Callable[[], bool]) -> dict[str, Any]:
-    """Trains the job (resuming from its checkpoint), evaluates it, and returns result.json's fields."""
-    return Pipeline(job, placement, stop).run()
+    """Trains the job (resuming from its checkpoint), evaluates it, and returns result.json's fields. Every
+    matmul of the job, training's, validation's and beam search's, goes through `bf16_matmuls`: in bf16 on a CPU
+    without native bf16, fp32 kernels compute it as a native bf16 kernel would (ablate.train.bf16)."""
+    with bf16_matmuls(placement.device, placement.precision):
+        return Pipeline(job, placement, stop).run()
 
 
 class Pipeline:
