@@ -20,6 +20,7 @@ from ablate.data.tokenizer import PAD
 from ablate.model.transformer import build_model
 from ablate.rundir import CHECKPOINT, read_result
 from ablate.train import checkpoints
+from ablate.train.bf16 import bf16_matmuls
 from ablate.train.device import native_bf16
 from ablate.train.evaluation import score, translate
 from ablate.train.job import Job
@@ -52,9 +53,10 @@ def main() -> None:
     for name in args.precisions.split(","):
         amp = amps[name]
         start = time.perf_counter()
-        out = translate(model, [p[0] for p in pairs], data.src_vocab, data.tgt_vocab, beam_size=ev.beam_size,
-                        alpha=ev.length_penalty, max_extra_len=ev.max_extra_len, batch_size=ev.batch_size,
-                        device=torch.device("cpu"), autocast=amp)  # fmt: skip
+        with bf16_matmuls(torch.device("cpu"), name):  # as a run decodes: emulated where bf16 is not native
+            out = translate(model, [p[0] for p in pairs], data.src_vocab, data.tgt_vocab, beam_size=ev.beam_size,
+                            alpha=ev.length_penalty, max_extra_len=ev.max_extra_len, batch_size=ev.batch_size,
+                            device=torch.device("cpu"), autocast=amp)  # fmt: skip
         seconds = time.perf_counter() - start
         s = score(out.hypotheses, [p[1] for p in pairs], ev.lowercase)
         bleu[name] = s["bleu"]

@@ -13,6 +13,11 @@ import json
 from ablate.config import hash_marks
 from ablate.train.spec import RunSpec
 
+NOT_TIMED = ["training.early_stopping=null", "evaluation.select=last", "evaluation.budgets=null"]
+"""What a benchmark of training steps turns off, so that an experiment at convergence (experiments/converged.yaml:
+early stopping, the best checkpoint scored, budget points) loads without the validations and checkpoints they
+need."""
+
 
 def default_kernels() -> list[str]:
     """`section.key=value` for every field whose default is not what the committed evidence had."""

@@ -10,7 +10,11 @@ was trained with (torch's dropout, loss and Adam; no buckets). An arm pulls leve
     fused Adam         training.adam_kernel fused: Adam's update as one fused kernel per parameter group
     compiled           torch.compile(model, dynamic=True): inductor's C++ kernels for the forward and backward
                        (compile time is spent in warm-up, not timed; it is printed)
-    bf16               training.precision bf16 (autocast); on a CPU without native bf16 it is emulated and slow
+    bf16               training.precision bf16 (autocast) on torch's own bf16 kernels: oneDNN's where the CPU has
+                       native bf16, elsewhere torch's generic GEMM, which is slow
+    emulated           bf16's matmuls by fp32 kernels from the bf16 operands, rounded to bf16 (ablate/train/bf16.py):
+                       what a run computes where the CPU has no native bf16 (bf16-emulated; on a CPU with native bf16
+                       it compares the emulation with oneDNN's kernels)
     bf16-attention     bf16 autocast with torch's bf16 attention kernel, as ablate had it until it computed
                        attention in fp32 on the CPU (`sdpa`, ablate/parts/attention.py): a third of a bf16 step
                        was spent in that kernel on a Zen 4
@@ -54,6 +58,7 @@ bound_primitive_caches()  # as a worker trains: before torch loads, unless the e
 
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
+from defaults import NOT_TIMED  # noqa: E402  (benchmarks/defaults.py)
 
 import ablate.parts.attention  # noqa: E402
 from ablate.data.batches import batch_indices, collate  # noqa: E402
@@ -63,13 +68,14 @@ from ablate.model.transformer import build_model  # noqa: E402
 from ablate.parts.attention import sdpa  # noqa: E402
 from ablate.parts.dropout import use_sampler  # noqa: E402
 from ablate.sweep.experiment import load_experiment  # noqa: E402
+from ablate.train.bf16 import EmulatedBf16Matmuls  # noqa: E402
 from ablate.train.device import device_name  # noqa: E402
 from ablate.train.trainer import Trainer  # noqa: E402
 
-LEVERS = ("bf16", "foreach", "fused", "compiled", "attention", "bits16", "chunked", "buckets")
-ARMS = ("foreach", "fused", "compiled", "bits16", "chunked", "buckets", "bf16", "bf16-attention", "bf16-compiled",
-        "bf16-fused", "bf16-foreach", "bf16-bits16", "bf16-chunked", "bf16-buckets", "bf16-bits16-chunked-fused",
-        "bf16-bits16-chunked-fused-buckets")  # fmt: skip
+LEVERS = ("bf16", "foreach", "fused", "compiled", "attention", "emulated", "bits16", "chunked", "buckets")
+ARMS = ("foreach", "fused", "compiled", "bits16", "chunked", "buckets", "bf16", "bf16-emulated", "bf16-attention",
+        "bf16-compiled", "bf16-fused", "bf16-foreach", "bf16-bits16", "bf16-chunked", "bf16-buckets",
+        "bf16-bits16-chunked-fused", "bf16-bits16-chunked-fused-buckets")  # fmt: skip
 
 
 def trainer(arm: str, model: torch.nn.Module, spec, d_model: int) -> Trainer:
@@ -89,6 +95,14 @@ def trainer(arm: str, model: torch.nn.Module, spec, d_model: int) -> Trainer:
     t = Trainer(model, spec, d_model)
     if "compiled" in levers:
         t.forward = torch.compile(model, dynamic=True)
+    if "emulated" in levers:  # the whole step, its backward's products included
+        emulated_step = t.train_step
+
+        def train_step(batches):
+            with EmulatedBf16Matmuls():
+                return emulated_step(batches)
+
+        t.train_step = train_step
     if "attention" in levers:  # the attention module's `sdpa` is torch's own, for this arm's steps only
         step = t.train_step
 
@@ -117,12 +131,13 @@ def main() -> None:
     arms = [a for a in args.arms.split(",") if a]
     if unknown := sorted({lever for a in arms for lever in a.split("-")} - set(LEVERS)):
         parser.error(f"--arms: no lever {', '.join(unknown)}; an arm joins some of {', '.join(LEVERS)} with '-'")
-    if bad := [a for a in arms if "attention" in a.split("-") and "bf16" not in a.split("-")]:
-        parser.error(f"--arms: {', '.join(bad)}: the attention lever is bf16's (torch's bf16 attention kernel)")
+    for lever in ("attention", "emulated"):
+        if bad := [a for a in arms if lever in a.split("-") and "bf16" not in a.split("-")]:
+            parser.error(f"--arms: {', '.join(bad)}: the {lever} lever is bf16's; join it to bf16 (bf16-{lever})")
     if args.threads:
         torch.set_num_threads(args.threads)
     overrides = ["training.precision=fp32", "training.validate_every=100000", "training.checkpoint_every=null",
-                 "training.diagnostics_every=0", "evaluation.average_checkpoints=1", *args.set]  # fmt: skip
+                 "training.diagnostics_every=0", "evaluation.average_checkpoints=1", *NOT_TIMED, *args.set]  # fmt: skip
     spec = load_experiment(args.experiment, overrides).baseline.spec
     data = load_dataset(spec.data, spec.tokenizer)
     torch.manual_seed(1)

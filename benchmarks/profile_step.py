@@ -24,7 +24,7 @@ from ablate.train.worker import bound_primitive_caches
 bound_primitive_caches()  # as a worker trains: before torch loads, unless the environment sets them
 
 import torch  # noqa: E402
-from defaults import default_kernels  # noqa: E402  (benchmarks/defaults.py)
+from defaults import NOT_TIMED, default_kernels  # noqa: E402  (benchmarks/defaults.py)
 from torch.profiler import ProfilerActivity, profile, schedule  # noqa: E402
 
 from ablate.data.batches import batch_indices, collate  # noqa: E402
@@ -32,6 +32,7 @@ from ablate.data.dataset import load_dataset  # noqa: E402
 from ablate.data.tokenizer import PAD  # noqa: E402
 from ablate.model.transformer import build_model  # noqa: E402
 from ablate.sweep.experiment import load_experiment  # noqa: E402
+from ablate.train.bf16 import bf16_matmuls  # noqa: E402
 from ablate.train.device import device_name  # noqa: E402
 from ablate.train.trainer import Trainer  # noqa: E402
 
@@ -75,7 +76,8 @@ def main() -> None:
         torch.set_num_threads(args.threads)
     overrides = [*(default_kernels() if args.defaults else []), f"training.precision={args.precision}",
                  "training.validate_every=100000", "training.checkpoint_every=null", "evaluation.average_checkpoints=1",
-                 "training.diagnostics_every=0", f"training.max_steps={args.warmup + args.steps}"]  # fmt: skip
+                 "training.diagnostics_every=0", f"training.max_steps={args.warmup + args.steps}",
+                 *NOT_TIMED]  # fmt: skip
     spec = load_experiment(args.experiment, overrides).baseline.spec
     data = load_dataset(spec.data, spec.tokenizer)
     torch.manual_seed(1)
@@ -83,7 +85,10 @@ def main() -> None:
     trainer = Trainer(model, spec.training, spec.model.d_model)
     step_ms: list[float] = []
     steps = schedule(wait=0, warmup=args.warmup, active=args.steps, repeat=1)  # one cycle, its events kept
-    with profile(activities=[ProfilerActivity.CPU], schedule=steps, acc_events=True, record_shapes=False) as prof:
+    with (
+        profile(activities=[ProfilerActivity.CPU], schedule=steps, acc_events=True, record_shapes=False) as prof,
+        bf16_matmuls(trainer.device, args.precision),  # as a run computes them: emulated where bf16 is not native
+    ):
         last = [time.perf_counter()]
 
         def on_step(progress) -> None:

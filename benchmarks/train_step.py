@@ -4,7 +4,8 @@ nn.Transformer in fp32.
 All three have the same size and recipe (Post-LN, ReLU, 1/sqrt(d_k), sinusoidal positions, tied
 embeddings, dropout 0.1, label smoothing 0.1) and see the same batches; their steps alternate in one
 process so that the machine's noise falls on all of them. bf16 is autocast with fp32 master weights
-and an fp32 loss, as `training.precision: bf16` trains. It prints three ratios of training throughput:
+and an fp32 loss, as `training.precision: bf16` trains (on a CPU without native bf16, with ablate's emulated bf16
+matmuls, ablate/train/bf16.py, as a run trains). It prints three ratios of training throughput:
 
     ablate bf16 / nn.Transformer fp32   goal >= 1.5
     ablate fp32 / nn.Transformer fp32   goal >= 1.0
@@ -27,8 +28,10 @@ from torch import nn
 from ablate.model.spec import ModelSpec
 from ablate.model.transformer import build_model
 from ablate.parts.positions import sinusoid_table
+from ablate.train.bf16 import bf16_matmuls
 from ablate.train.device import native_bf16
 
+CPU = torch.device("cpu")
 PAD = 0
 
 
@@ -70,14 +73,16 @@ def batches(n: int, batch: int, length: int, vocab: int) -> list[tuple[torch.Ten
 
 
 def step(model: nn.Module, optimizer: torch.optim.Optimizer, src: torch.Tensor, tgt: torch.Tensor, bf16: bool) -> float:
+    """One step; bf16's matmuls as a run computes them (ablate.train.bf16: emulated where the CPU has no bf16)."""
     start = time.perf_counter()
-    with torch.autocast("cpu", dtype=torch.bfloat16) if bf16 else nullcontext():
-        logits = model(src, tgt[:, :-1])
-    logits = logits.float()  # the loss in fp32, as ablate's trainer takes it
-    loss = F.cross_entropy(logits.flatten(0, 1), tgt[:, 1:].flatten(), ignore_index=PAD, label_smoothing=0.1)
-    optimizer.zero_grad(set_to_none=True)
-    loss.backward()
-    optimizer.step()
+    with bf16_matmuls(CPU, "bf16" if bf16 else "fp32"):
+        with torch.autocast("cpu", dtype=torch.bfloat16) if bf16 else nullcontext():
+            logits = model(src, tgt[:, :-1])
+        logits = logits.float()  # the loss in fp32, as ablate's trainer takes it
+        loss = F.cross_entropy(logits.flatten(0, 1), tgt[:, 1:].flatten(), ignore_index=PAD, label_smoothing=0.1)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
     return time.perf_counter() - start
 
 

@@ -25,7 +25,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from ablate.train.device import native_bf16
 
 aten = torch.ops.aten
-MATMULS = {aten.mm.default, aten.addmm.default, aten.bmm.default, aten.baddbmm.default}
+MATMULS = {aten.mm.default, aten.addmm.default, aten.bmm.default, aten.baddbmm.default, aten.addbmm.default,
+           aten.mv.default, aten.addmv.default, aten.dot.default}  # fmt: skip
 """The products that autocast makes bf16 and that reach a CPU kernel: linear and matmul decompose into these."""
 
 
