@@ -108,6 +108,23 @@ def test_a_peak_measured_on_busy_cores_is_used_but_not_kept(tmp_path, monkeypatc
     assert list(json.loads((tmp_path / "peak_flops.v3.json").read_text()).values()) == [7e9]
 
 
+def test_a_peak_is_timed_on_the_threads_it_is_filed_under(tmp_path, monkeypatch):
+    """The sweep's own process asks for a run's peak (1 thread a run, say) while it computes on every core."""
+    monkeypatch.setenv("ABLATE_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr("ablate.train.flops.CoreShare.stop", lambda self: 1.0)  # the cores were this process's
+    seen = []
+    monkeypatch.setattr("ablate.train.flops.measure_peak", lambda device, precision: seen.append(
+        torch.get_num_threads()) or 1e9)  # fmt: skip
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        peak_flops(CPU, "fp32", threads=1)
+        assert seen == [1] and torch.get_num_threads() == 2  # measured on 1, the process's own count given back
+    finally:
+        torch.set_num_threads(before)
+    assert "threads=1" in next(iter(json.loads((tmp_path / "peak_flops.v3.json").read_text())))
+
+
 def test_a_flop_model_is_counted_once_per_model_and_read_back(tmp_path, monkeypatch):
     monkeypatch.setenv("ABLATE_CACHE_DIR", str(tmp_path))
     m = model()

@@ -1,17 +1,21 @@
-"""bf16 matmuls on a CPU without native bf16, computed as native ones are, at fp32's speed.
+"""bf16 matmuls on a CPU without native bf16, computed as native ones are, by fp32 kernels.
 
 Under bf16 autocast a matmul takes bf16 operands and returns a bf16 product. A CPU with AVX-512 BF16 or AMX
 multiplies the bf16 operands exactly and accumulates in fp32 (oneDNN's bf16 GEMM), then rounds the sum to bf16.
-Elsewhere torch 2.13 falls back to a generic bf16 GEMM: on 2 AVX2 EPYC cores a base-recipe training step took
-12.7 s in bf16 against 0.71 s in fp32, 98% of it in `aten::mm` and `aten::addmm`, so that a converged run of
-8,000 steps would take 28 hours (benchmarks/emulated_bf16.py).
+Elsewhere torch 2.13 falls back to a generic bf16 GEMM: on 2 AVX2 EPYC cores, one thread, a training step of the
+converged recipe took 12.9 s in bf16 against 0.61 s in fp32, 98% of it in `aten::mm` and `aten::addmm`, so that a
+converged run of 8,000 steps would take 29 hours (`benchmarks/levers.py --arms bf16,bf16-emulated`,
+benchmarks/README.md).
 
 `EmulatedBf16Matmuls` computes those products the native way with fp32 kernels: the bf16 operands widened to
 fp32 (exactly: every bf16 value is an fp32 value), multiplied and accumulated in fp32 (each product of two
-8-bit significands is exact in fp32's 24 bits), the result rounded to bf16. The arithmetic is bf16's; only the
-order of the fp32 sums differs from a native kernel's, as it differs between thread counts. It is a
-TorchDispatchMode, so it sits below autograd and sees every matmul: the forward's, the backward's (the gradient
-products of bf16 tensors saved by autocast) and beam search's. Other operations pass through unchanged.
+8-bit significands is exact in fp32's 24 bits), the bias or the scaled input of addmm-like products added in fp32,
+the result rounded once to bf16. The arithmetic is bf16's; the order of the fp32 sums differs from a native
+kernel's, as it differs between thread counts, and two corners differ that training does not meet: native kernels
+flush subnormal operands and results to zero, and an infinite operand under alpha=0 gives what fp32's kernel gives
+(a finite result, where torch's generic bf16 kernel gives NaN). It is a TorchDispatchMode, so it sits below
+autograd and sees every matmul: the forward's, the backward's (the gradient products of bf16 tensors saved by
+autocast) and beam search's. Other operations pass through unchanged.
 """
 
 from __future__ import annotations
@@ -25,9 +29,12 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from ablate.train.device import native_bf16
 
 aten = torch.ops.aten
-MATMULS = {aten.mm.default, aten.addmm.default, aten.bmm.default, aten.baddbmm.default, aten.addbmm.default,
-           aten.mv.default, aten.addmv.default, aten.dot.default}  # fmt: skip
-"""The products that autocast makes bf16 and that reach a CPU kernel: linear and matmul decompose into these."""
+PRODUCTS = {aten.mm, aten.addmm, aten.bmm, aten.baddbmm, aten.addbmm, aten.mv, aten.addmv, aten.dot,
+            aten._addmm_activation}  # fmt: skip
+"""The products that autocast makes bf16 and that reach a CPU kernel (every overload, `out=` ones included)."""
+COMPOSITES = {aten.linear, aten.matmul}
+"""Ops that autograd decomposes into PRODUCTS before a mode sees them, but that reach it whole under
+torch.inference_mode: decomposed here, so that their products come back through the mode."""
 
 
 class EmulatedBf16Matmuls(TorchDispatchMode):
@@ -35,9 +42,20 @@ class EmulatedBf16Matmuls(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        if func in MATMULS and _bf16_cpu(args):
-            wide = [a.float() if isinstance(a, torch.Tensor) else a for a in args]
-            return func(*wide, **kwargs).to(torch.bfloat16)
+        packet = func.overloadpacket
+        if (packet in PRODUCTS or packet in COMPOSITES) and _bf16_cpu(args):
+            if packet in COMPOSITES:
+                with self:  # a handler runs outside its mode: re-entered, so that the pieces come back here
+                    pieces = func.decompose(*args, **kwargs)
+                if pieces is not NotImplemented:
+                    return pieces
+            else:
+                out = kwargs.pop("out", None)
+                if out is None or out.dtype == torch.bfloat16:
+                    wide = [a.float() if isinstance(a, torch.Tensor) else a for a in args]
+                    product = packet.default(*wide, **kwargs).to(torch.bfloat16)
+                    return product if out is None else out.resize_(product.shape).copy_(product)
+                kwargs["out"] = out  # another dtype: torch's own kernel says what it makes of it
         return func(*args, **kwargs)
 
 

@@ -127,7 +127,8 @@ QUIET = 0.9  # the least share of its cores (CoreShare) a CPU measurement must h
 
 
 def peak_flops(device: torch.device, precision: str, threads: int | None = None) -> float:
-    """Dense matmul FLOP/s this device reaches in `precision` (fp32 or bf16), from the cache or measured now."""
+    """Dense matmul FLOP/s this device reaches in `precision` (fp32 or bf16) on `threads` CPU threads (default: this
+    process's), from the cache or measured now."""
     key = f"{device_name(device)}|{precision}|threads={threads or torch.get_num_threads()}"
     path = cache_file()
     cached: dict[str, float] = {}
@@ -136,7 +137,13 @@ def peak_flops(device: torch.device, precision: str, threads: int | None = None)
     if key in cached:
         return float(cached[key])
     share = CoreShare() if device.type == "cpu" else None
-    peak = measure_peak(device, precision)
+    previous = torch.get_num_threads()
+    if threads is not None and device.type == "cpu":  # the count it is filed under (the sweep's process has more)
+        torch.set_num_threads(threads)
+    try:
+        peak = measure_peak(device, precision)
+    finally:
+        torch.set_num_threads(previous)
     had = share.stop() if share is not None else None  # None: a GPU, or a CPU that cannot tell (no /proc/stat)
     if had is None or had >= QUIET:
         with contextlib.suppress(OSError):  # a read-only cache only costs a measurement next time
