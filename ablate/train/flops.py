@@ -28,6 +28,7 @@ from typing import Any
 import torch
 
 from ablate.data.batches import Example, bucket
+from ablate.train.bf16 import bf16_matmuls
 from ablate.train.device import CoreShare, Placement, device_name
 
 PROBES = ((1, 4, 3), (2, 4, 3), (1, 9, 3), (1, 4, 8), (2, 7, 6), (3, 5, 11))  # (B, S, T): the system's rows
@@ -157,8 +158,6 @@ def measure_peak(device: torch.device, precision: str, seconds: float = 1.0) -> 
     """The best FLOP/s of a square matmul, timed for `seconds`, computed as a run computes it (bf16 on a CPU without
     native bf16 through ablate.train.bf16's fp32 kernels). The size doubles from 256 while one product takes under
     50 ms, up to PEAK_SIZE."""
-    from ablate.train.bf16 import bf16_matmuls
-
     dtype = torch.bfloat16 if precision == "bf16" else torch.float32
 
     def timed(a: torch.Tensor, b: torch.Tensor) -> float:
