@@ -6,6 +6,7 @@ but identity is a bug.
 """
 
 import csv
+import itertools
 import json
 import math
 import signal
@@ -247,18 +248,29 @@ def test_the_report_tables_every_run_at_every_budget_with_tau_verdicts_and_a_plo
     # one seed a run: no seed spread to plan with, so an unresolved row gets no seed count, and a note names it;
     # a difference of exactly 0 with an interval of 0 (alone100 at 100: the same hypotheses) needs no spread, as
     # no seeds resolve it; a tie of two BLEUs whose hypotheses differ has an interval, and is unresolved
+    # The csv rounds the interval to 2 decimals and the report judges it unrounded: an end that rounds to 0 (an
+    # interval of [-0.09, -0.00], seen on an AVX2 EPYC) may or may not include 0, and either note is right for it.
     for name, table in (("budgets", rows), ("table", list(csv.DictReader((folder / "table.csv").open())))):
-        unresolved = {}
+        unresolved, edge = {}, set()
         for r in table:
             if r["ΔBLEU lo"] and float(r["ΔBLEU lo"]) <= 0 <= float(r["ΔBLEU hi"]):
-                if float(r["ΔBLEU lo"]) == float(r["ΔBLEU hi"]) == 0:
+                lo, hi = float(r["ΔBLEU lo"]), float(r["ΔBLEU hi"])
+                if lo == hi == 0:
                     assert r["seeds for 80%"] == "> 1000", r
                 else:
                     assert not r.get("seeds for 80%"), r
                     unresolved.setdefault(r["run"], []).append(r.get("budget"))
-        named = [run if name == "table" else f"{run} at {', '.join(at)}" for run, at in unresolved.items()]
+                    if not lo < 0 < hi:
+                        edge.add((r["run"], r.get("budget")))
         said = [line.strip() for line in (folder / f"{name}.md").read_text().splitlines() if "not computed for" in line]
-        assert said == ([no_spread_note(named)] if named else []), name
+        allowed = []
+        for left_out in itertools.chain.from_iterable(
+            itertools.combinations(sorted(edge, key=str), k) for k in range(len(edge) + 1)
+        ):
+            kept = {run: [b for b in at if (run, b) not in left_out] for run, at in unresolved.items()}
+            named = [run if name == "table" else f"{run} at {', '.join(at)}" for run, at in kept.items() if at]
+            allowed.append([no_spread_note(named)] if named else [])
+        assert said in allowed, (name, said, allowed)
 
 
 def test_a_row_gets_a_seed_count_or_says_why_not():
