@@ -35,6 +35,7 @@ PRODUCTS = {aten.mm, aten.addmm, aten.bmm, aten.baddbmm, aten.addbmm, aten.mv, a
 COMPOSITES = {aten.linear, aten.matmul}
 """Ops that autograd decomposes into PRODUCTS before a mode sees them, but that reach it whole under
 torch.inference_mode: decomposed here, so that their products come back through the mode."""
+INTERCEPTED = PRODUCTS | COMPOSITES  # one lookup for every op of a step that passes through
 
 
 class EmulatedBf16Matmuls(TorchDispatchMode):
@@ -43,7 +44,7 @@ class EmulatedBf16Matmuls(TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         packet = func.overloadpacket
-        if (packet in PRODUCTS or packet in COMPOSITES) and _bf16_cpu(args):
+        if packet in INTERCEPTED and _bf16_cpu(args):
             if packet in COMPOSITES:
                 with self:  # a handler runs outside its mode: re-entered, so that the pieces come back here
                     pieces = func.decompose(*args, **kwargs)
