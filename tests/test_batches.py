@@ -33,6 +33,7 @@ def test_collate_right_pads_and_counts():
     batch = collate([([7, 8, 2], [1, 9, 2]), ([7, 2], [1, 9, 9, 9, 2])])
     assert batch.src.tolist() == [[7, 8, 2], [7, 2, PAD]]
     assert batch.tgt.tolist() == [[1, 9, 2, PAD, PAD], [1, 9, 9, 9, 2]]
+    assert batch.src.dtype == batch.tgt.dtype == torch.long  # embedding indices
     assert (batch.src_tokens, batch.tgt_tokens) == (5, 6)
 
 

@@ -41,10 +41,8 @@ class Batch:
 
 def pad(rows: Sequence[list[int]], length: int | None = None) -> Tensor:
     """Right-padded to the longest row, or to `length` when that is longer."""
-    out = torch.full((len(rows), max(length or 0, *(len(r) for r in rows))), PAD, dtype=torch.long)
-    for i, row in enumerate(rows):
-        out[i, : len(row)] = torch.tensor(row)
-    return out
+    width = max(length or 0, *(len(r) for r in rows))
+    return torch.tensor([[*row, *[PAD] * (width - len(row))] for row in rows], dtype=torch.long)
 
 
 def bucket(example: Example, width: int) -> int:
