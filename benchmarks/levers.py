@@ -27,8 +27,8 @@ was trained with (torch's dropout, loss and Adam; no buckets). An arm pulls leve
     buckets            training.shape_buckets 8: every batch padded to a multiple of 8 tokens on both sides, with
                        max_tokens // length pairs (ablate/data/batches.py), its own batches: the ratio is of
                        real target tokens a second
-    chunked            training.cross_entropy chunked: the label-smoothed loss 64 rows at a time with a one-pass
-                       backward, no fp32 copy of the logits (ablate/train/loss.py)
+    chunked            training.cross_entropy chunked: the label-smoothed loss 64 rows at a time (more under
+                       4,096 words) with a one-pass backward, no fp32 copy of the logits (ablate/train/loss.py)
 
 An arm may join any levers with '-' (bf16-bits16-fused); those above are the default set.
 

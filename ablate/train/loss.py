@@ -1,7 +1,8 @@
 """The training loss: label-smoothed cross-entropy summed over the target tokens (§5.4), by torch or in chunks.
 
 `torch` is F.cross_entropy on the logits cast to fp32 whole. `chunked` computes the same sum with its own
-backward, 64 rows at a time: each chunk is cast to fp32 while it is in the cache, the forward keeps one
+backward, a chunk of rows at a time (`chunk_rows`): each chunk is cast to fp32 while it is in the cache, the
+forward keeps one
 log-sum-exp a row, and the backward writes softmax − (1 − ε)·onehot − ε/V in one pass into the logits'
 dtype. torch's backward of a smoothed loss makes four passes over (rows × vocabulary) in fp32 (a zero fill,
 the NLL's scatter, the smoothing's broadcast, log_softmax's backward); in bf16 the chunked loss keeps no
@@ -18,6 +19,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 CHUNK = 64  # rows a chunk: 64 × a 10,000-word vocabulary in fp32 is 2.5 MB, about a core's L2
+MIN_CHUNK_LOGITS = 64 * 4096  # 1 MB in fp32: smaller chunks spend their time in per-operator overhead
 KERNELS = ("torch", "chunked")
 
 
@@ -35,6 +37,14 @@ def smoothed_cross_entropy_sum(logits: Tensor, labels: Tensor, label_smoothing: 
     raise ValueError(f"cross-entropy kernel {kernel!r}: expected one of {', '.join(KERNELS)}")
 
 
+def chunk_rows(vocabulary: int) -> int:
+    """Rows a chunk: as many as hold MIN_CHUNK_LOGITS logits, and never fewer than CHUNK. With 500 words, 64
+    rows are 32,000 logits, and the smoke model's 2,000 rows made 31 chunks of about ten operators each way: 524
+    rows a chunk computed the loss and its gradient 1.9x as fast (benchmarks/loss_chunks.py). From 4,096 words
+    on it is 64, as the committed runs were trained."""
+    return max(CHUNK, MIN_CHUNK_LOGITS // vocabulary)
+
+
 class _ChunkedSmoothedCrossEntropy(torch.autograd.Function):
     @staticmethod
     def forward(ctx: Any, logits: Tensor, labels: Tensor, epsilon: float, ignore_index: int) -> Tensor:
@@ -43,8 +53,9 @@ class _ChunkedSmoothedCrossEntropy(torch.autograd.Function):
         targets = labels.masked_fill(~kept, 0)  # any valid index: an ignored row is weighted 0
         lse = torch.empty(n, dtype=torch.float32, device=logits.device)
         total = torch.zeros((), dtype=torch.float32, device=logits.device)
-        for start in range(0, n, CHUNK):
-            rows = slice(start, start + CHUNK)
+        chunk = chunk_rows(vocabulary)
+        for start in range(0, n, chunk):
+            rows = slice(start, start + chunk)
             z = logits[rows].float()
             lse[rows] = torch.logsumexp(z, dim=-1)
             z_label = z.gather(1, targets[rows, None]).squeeze(1)
@@ -60,8 +71,9 @@ class _ChunkedSmoothedCrossEntropy(torch.autograd.Function):
         epsilon, (n, vocabulary) = ctx.epsilon, logits.shape
         weight = kept.float() * grad  # d total / d row loss
         out = torch.empty_like(logits)
-        for start in range(0, n, CHUNK):
-            rows = slice(start, start + CHUNK)
+        chunk = chunk_rows(vocabulary)
+        for start in range(0, n, chunk):
+            rows = slice(start, start + chunk)
             g = logits[rows].to(torch.float32, copy=True)  # never in place on the saved logits
             g.sub_(lse[rows, None]).exp_().sub_(epsilon / vocabulary)  # softmax − ε/V
             g.scatter_add_(1, targets[rows, None], g.new_full((g.shape[0], 1), -(1.0 - epsilon)))
