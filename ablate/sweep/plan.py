@@ -138,7 +138,7 @@ DRY_RUN_COLUMNS = ("run", "seed", "differs from the baseline", "params", "tokens
 
 def dry_run_rows(experiment: Experiment, planned: list[Planned]) -> list[tuple[str, ...]]:
     """One row a planned job, in DRY_RUN_COLUMNS: its size and what running now would do."""
-    from ablate.model.transformer import parameter_count  # builds nothing: counts from the dimensions
+    from ablate.model.transformer import parameter_count  # builds each model on the meta device: no memory
 
     rows = []
     for p in planned:
