@@ -21,7 +21,7 @@ from ablate.train.worker import bound_primitive_caches
 
 
 class Parser(argparse.ArgumentParser):
-    """argparse, with a bad flag reported in one line (`ablate run: --seeds: ...`), exit code 2."""
+    """argparse, with a bad flag reported in one line (`ablate run: argument --seeds: ...`), exit code 2."""
 
     def error(self, message: str) -> NoReturn:
         print(f"{self.prog}: {message} (see {self.prog} --help)", file=sys.stderr)
@@ -71,11 +71,13 @@ def build_parser() -> Parser:
                      help="auto: every visible GPU, else the CPU (default: training.device of the spec)")  # fmt: skip
     run.add_argument("--gpus-per-run", type=int, default=None, metavar="K",
                      help="GPUs of one run, data-parallel (DDP) when K > 1 (default 1; with Slurm, 0 for a CPU "
-                     "spec, else what the partition offers)")  # fmt: skip
+                     "spec, 1 for cuda, and for auto 1 where the partition's nodes have GPUs)")  # fmt: skip
     run.add_argument("--threads-per-run", type=_positive, default=None, metavar="K",
                      help="on the CPU: K threads a run, each run pinned to K cores of its own, as many runs at "
-                     "once as the cores allow (default: one core a run when there are several jobs to train, "
-                     "which trains the most runs an hour; every core for a single run)")  # fmt: skip
+                     "once as the cores allow (default: OMP_NUM_THREADS when it is set; else as many runs at once "
+                     "as there are jobs, up to one a core, the cores shared out evenly: one core a run when "
+                     "there are as many jobs as cores, which trains the most runs an hour; every core for a "
+                     "single run)")  # fmt: skip
     run.add_argument("--tensorboard", type=Path, default=None, metavar="DIR",
                      help="also log curves for TensorBoard under DIR/<experiment>/<run>/seed-<n>")  # fmt: skip
     run.add_argument("--launcher", choices=LAUNCHERS, default="local",
@@ -157,7 +159,8 @@ def build_parser() -> Parser:
     data = commands.add_parser("data", help="corpora: list them, download them")
     data.add_argument("action", choices=["list", "download"])
     data.add_argument("corpus", nargs="?", default="multi30k")
-    data.add_argument("--data-dir", default=None, help="default: $ABLATE_DATA_DIR or ~/.cache/ablate/data")
+    data.add_argument("--data-dir", default=None,
+                      help="default: $ABLATE_DATA_DIR, else $XDG_CACHE_HOME/ablate/data (~/.cache/...)")  # fmt: skip
     data.set_defaults(handler=cmd_data)
 
     schema = commands.add_parser("schema", help="print the JSON Schema of experiment files, for editors")

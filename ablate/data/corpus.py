@@ -1,7 +1,8 @@
 """Parallel corpora, registered by name. Files are read from a data directory, downloaded and checked once.
 
 The data directory is, in order: the spec's `data.data_dir`, the environment's `ABLATE_DATA_DIR`,
-or `~/.cache/ablate/data`. A corpus keeps its files in a folder of its own name inside it.
+or `$XDG_CACHE_HOME/ablate/data` (`~/.cache/ablate/data` when XDG_CACHE_HOME is not set). A corpus keeps
+its files in a folder of its own name inside it.
 """
 
 from __future__ import annotations

@@ -1,9 +1,10 @@
 """How an experiment's rows are judged, declared before anything trains: results/<experiment>/design.json.
 
 The first `ablate run` writes it (atomically) from the experiment's `margin:`, --margin and, for a sequential
-design, --until-decided's --max-seeds; every later run checks it. A sequential design is fixed before its first
-look: another margin, seed count or seed order for it is an error, since a design changed after seeing
-verdicts no longer keeps its error rates. A plain run never replaces a sequential design. The report reads the
+design, --until-decided's --max-seeds; every later run reads it. A plain design follows the latest margin and
+seeds (rewritten when they change). A sequential design is fixed before its first look: another margin, seed
+count or seed order for it is an error, since a design changed after seeing verdicts no longer keeps its
+error rates. A plain run never replaces a sequential design. The report reads the
 file (ablate.report.verdicts) and judges as the sweep did. No torch.
 """
 

@@ -7,7 +7,8 @@
       learned: {model.positions: learned}
     grid:
       model.heads: [1, 2, 4, 8]  # runs named heads=1, heads=2, ...
-    lr_sweep: [3.0e-4, 1.0e-3, 3.0e-3]   # every run at every peak rate: baseline,lr=0.001, pre_ln,lr=0.001, ...
+    lr_sweep: [3.0e-4, 1.0e-3, 3.0e-3]   # every run at every peak rate: baseline,lr=0.001,
+                                         # learned,lr=0.001, heads=1,lr=0.001, ...
 
 Every problem is reported as `FILE: dotted.key: what is wrong`, before any tensor exists.
 """

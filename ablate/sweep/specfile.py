@@ -1,7 +1,8 @@
-"""Spec files as data: YAML read strictly, plugins imported, mappings merged, dotted keys set.
+"""Spec files as data: mappings merged (`extends`), dotted keys set and checked (variants, `--set KEY=VALUE`).
 
-Used by experiment files (ablate.sweep.experiment) and by every job that re-validates its spec in a worker
-(ablate.train.job). Every problem is a SpecError naming the file, the key and what is wrong.
+Used by experiment files (ablate.sweep.experiment) and by `ablate run --set` (ablate.cli); ablate.files reads
+the YAML and ablate.registry imports plugins. Every problem is a SpecError naming the file, the key and what
+is wrong.
 """
 
 from __future__ import annotations

@@ -2,8 +2,9 @@
 
 checkpoints/last.pt        model, optimizer, step, epoch, position, RNG states, totals (what resuming needs)
 checkpoints/last.json      its step and config hash, read without torch
-checkpoints/step-<n>.pt    the model's weights at step n; the last `evaluation.average_checkpoints` are kept, and
-                           with `evaluation.select: best` also as many up to the best validation step
+checkpoints/step-<n>.pt    the model's weights at step n, written when a run averages more than one checkpoint
+                           or selects the best: the last `evaluation.average_checkpoints` are kept, and with
+                           `evaluation.select: best` also as many up to the best validation step
 
 Every file holds tensors, numbers, strings, lists and dicts alone, so each is read with
 `torch.load(weights_only=True)`: a crafted file (a results directory on a shared filesystem) cannot

@@ -1,7 +1,8 @@
 """Data-parallel training across processes: torch.distributed, started by `torchrun` or by the runner.
 
 One run's processes share each optimizer update: every rank builds the same list of updates from
-(seed, epoch), takes its slice of every batch and DistributedDataParallel sums the gradients. The
+(seed, epoch), takes its slice of every batch, and DistributedDataParallel averages the gradients over the
+ranks (the trainer scales each rank's loss by the world size, so the update is the global batch's sum). The
 global batch is what the spec says, whatever the number of processes.
 """
 

@@ -29,7 +29,7 @@ class Job:
     plugins: list[str]
     config_hash: str
     note: str = ""  # why it runs again, when it does
-    device: str = "cpu"  # where it trains: cpu or cuda (set by ablate.devices.place)
+    device: str = "cpu"  # where it trains: cpu or cuda (set by ablate.sweep.devices.place)
     gpus: int = 0  # GPUs of the run: one process a GPU, data-parallel when more than one
     gpu_ids: list[int] = field(default_factory=list)  # the visible GPUs the launcher gave it (CUDA_VISIBLE_DEVICES)
     tensorboard: str | None = None  # a TensorBoard log directory for this run

@@ -39,7 +39,7 @@ def smoothed_cross_entropy_sum(logits: Tensor, labels: Tensor, label_smoothing: 
 
 def chunk_rows(vocabulary: int) -> int:
     """Rows a chunk: as many as hold MIN_CHUNK_LOGITS logits, and never fewer than CHUNK. With 500 words, 64
-    rows are 32,000 logits, and the smoke model's 2,000 rows made 31 chunks of about ten operators each way: 524
+    rows are 32,000 logits, and the smoke model's 2,000 rows made 32 chunks of about ten operators each way: 524
     rows a chunk computed the loss and its gradient 1.9x as fast (benchmarks/loss_chunks.py). From 4,096 words
     on it is 64, as the committed runs were trained."""
     return max(CHUNK, MIN_CHUNK_LOGITS // vocabulary)

@@ -210,7 +210,8 @@ class Pipeline:
         return on_branch_step
 
     def training_fields(self, outcome: Outcome) -> dict[str, Any]:
-        """How training ended and how fast it went (the speed from steps after the first of each process)."""
+        """How training ended and how fast it went: step_ms from the steps after the first of each process (which
+        pays for warm-up), tokens a second over every step."""
         totals = self.trainer.totals
         fields: dict[str, Any] = {}
         if self.share is not None:  # the speed figures are the run's own only when it had its cores to itself

@@ -49,8 +49,9 @@ class TrainingSpec(Section):
     label_smoothing: Probability = Field(0.1, description="epsilon_ls (§5.4)")
     cross_entropy: Literal["torch", "chunked"] = Field(
         "chunked",
-        description="how the training loss runs: chunked (64 rows at a time, a one-pass backward, no fp32 copy of "
-        "bf16 logits; ablate/train/loss.py) or torch (F.cross_entropy on fp32 logits): the same loss to round-off",
+        description="how the training loss runs: chunked (64 rows at a time, more under 4,096 words; a "
+        "one-pass backward, no fp32 copy of bf16 logits; ablate/train/loss.py) or torch (F.cross_entropy on "
+        "fp32 logits): the same loss to round-off",
         json_schema_extra=added(was="torch"),
     )
     clip_norm: PositiveFloat | None = Field(None, description="clip the gradient's global norm to this")
