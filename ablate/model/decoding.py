@@ -47,8 +47,9 @@ def length_penalty(length: int, alpha: float) -> float:
 @torch.no_grad()
 def beam_search(model: Transformer, src: Tensor, beam_size: int = 4, alpha: float = 0.6,
                 max_extra_len: int = 50) -> list[list[int]]:  # fmt: skip
-    """Keeps the k best prefixes a sentence; a sentence ends with k finished hypotheses or at its
-    max length, and the one with the best log-probability / lp(length) wins."""
+    """Keeps the k best prefixes a sentence; a sentence ends once k hypotheses have finished and no live one
+    can beat the worst of them (`_done`), when no live prefix is left, or at its max length; the one with the
+    best log-probability / lp(length) wins."""
     k, n = beam_size, src.size(0)
     memory, src_mask = model.encode(src)
     memory, src_mask = memory.repeat_interleave(k, 0), src_mask.repeat_interleave(k, 0)  # (B*k, S, d), (B*k, ...)

@@ -51,8 +51,8 @@ def sublayer_parameters(model: Transformer) -> dict[str, list[nn.Parameter]]:
     `embeddings` (token embeddings, output projection, learned positions), then per layer
     `encoder.<i>.self_attn`, `encoder.<i>.feed_forward`, `encoder.<i>.norms`, and for the decoder
     `self_attn`, `cross_attn`, `feed_forward`, `norms`; then a stack's `final_norm` under Pre-LN.
-    A parameter shared by several modules (tied embeddings, a positions table every layer's
-    self-attention holds for RoPE) counts in the first group that holds it.
+    A parameter shared by several modules (tied embeddings, learned positions' table, which every
+    layer's self-attention holds as its positions part) counts in the first group that holds it.
     """
     seen: set[int] = set()
     groups: dict[str, list[nn.Parameter]] = {}

@@ -30,8 +30,9 @@ class ModelSpec(Section):
     activation_dropout: Probability = Field(0.0, description="dropout on the feed-forward hidden activations")
     dropout_sampler: Literal["bernoulli", "bits16"] = Field(
         "bits16",
-        description="how a dropout mask is drawn: bits16 (16 random bits an element, p to a multiple of 1/65536: 3x "
-        "faster on the CPU; ablate/parts/dropout.py) or bernoulli (torch's, a Bernoulli draw an element)",
+        description="how an nn.Dropout's mask is drawn (dropout and activation_dropout): bits16 (16 random bits an "
+        "element, p to a multiple of 1/65536: 3x faster on the CPU; ablate/parts/dropout.py) or bernoulli "
+        "(torch's, a Bernoulli draw an element); attention_dropout is SDPA's own, torch's sampler either way",
         json_schema_extra=added(was="bernoulli"),
     )
 

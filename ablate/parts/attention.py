@@ -77,7 +77,8 @@ class NoScaling(AttentionScaling):
 
 @SCALING.register("qk_norm")
 class QKNorm(AttentionScaling):
-    """QK-norm: q and k L2-normalised per head, cosine logits times a learned per-head scale g (Henry et al. 2020)."""
+    """QK-norm: q and k L2-normalised per head, cosine logits times a learned scale g (Henry et al. 2020 learn
+    one g; here each head has its own)."""
 
     class Params(PartParams):
         init_scale: PositiveFloat = 10.0  # Henry et al. start g at log2(L^2 - L); L ~ 30 tokens gives ~10

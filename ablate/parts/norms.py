@@ -93,7 +93,8 @@ class PostLNDropoutAfterNorm(SublayerConnection):
     before the residual sum and the norm, x = LN(x + Dropout(Sublayer(x))) (§5.4).
 
     Dropout then acts on the residual stream itself, the skip path included: every layer's input has
-    features zeroed and the rest scaled by 1/(1 - p), while the sublayer's output is never dropped.
+    features zeroed and the rest scaled by 1/(1 - p), while the sublayer's output is never dropped on its own
+    before the sum.
     Without dropout (evaluation, or p = 0) it computes what post_ln does; only training differs.
     """
 

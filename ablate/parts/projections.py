@@ -38,12 +38,16 @@ PROJECTION = slot("projection", Projection, "how each attention head's q, k and 
 
 @PROJECTION.register("full")
 class FullProjection(Projection):
-    """Each head's q, k and v projected from all of d_model, with biases, the paper's (§3.2.2)."""
+    """Each head's q, k and v projected from all of d_model by its own matrices, the paper's (§3.2.2), with
+    biases (the paper writes none; fairseq's have them)."""
 
     def __init__(self, d_model: int, heads: int, d_k: int, cross: bool):
         super().__init__(d_model, heads, d_k, cross)
         # W^Q, W^K, W^V of all h heads packed into one matrix: one matmul instead of 3h. Cross-attention
-        # keeps W^Q apart, since the memory's k and v are made once and cached.
+        # keeps W^Q apart, since the memory's k and v are made once and cached. The packing sets the initial
+        # scale too: init_weights draws each nn.Linear from Xavier-uniform of its own shape, so (h·d_k = d_model)
+        # self-attention's W^QKV starts within ±√(6 / 4d_model), as fairseq's separate matrices with their gain
+        # of 1/√2, and cross-attention's W^Q within ±√(6 / 2d_model), its W^KV within ±√(6 / 3d_model).
         if cross:
             self.w_q = nn.Linear(d_model, heads * d_k)
             self.w_kv = nn.Linear(d_model, 2 * heads * d_k)
