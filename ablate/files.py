@@ -1,5 +1,6 @@
 """Files: results written atomically, so an interrupted write never leaves a half file behind; YAML read strictly
-(a duplicate key or a file that is not a mapping is a one-line error naming the file and the line)."""
+(a duplicate key is a one-line error naming the file and the line; a file that is not a mapping, one naming
+the file)."""
 
 from __future__ import annotations
 

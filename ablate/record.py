@@ -85,7 +85,8 @@ class EarlyStop(Record):
 
 
 class Evaluation(Record):
-    """The model as scored at one step: the mean of the last checkpoints, validated, every test split decoded."""
+    """The model as scored at one step: the mean of the checkpoints evaluation.select names (the last ones, or
+    those up to the best validation step), validated, every test split decoded."""
 
     averaged_steps: list[int] | None = Field(None, description="the checkpoints averaged; None: the last weights")
     valid_loss: float | None = None
@@ -230,7 +231,9 @@ class DesignRecord(Record):
     """An experiment's design.json: how its rows are judged (ablate.report.decide), written by `ablate run` before
     it trains, so that the report judges as the sweep did."""
 
-    margin: float | None = Field(None, description="BLEU; a row whose interval lies inside ±margin is equivalent")
+    margin: float | None = Field(
+        None, description="BLEU; a row shown within ±margin by TOST, corrected over rows, is equivalent"
+    )
     alpha: float = Field(0.05, description="the family-wise error of a verdict")
     seeds: list[int] = Field(description="the seeds in the order runs take them: the experiment's, then added ones")
     first: int = Field(description="the seeds every run starts with")

@@ -1,6 +1,8 @@
 """The run directory of one job (a run with one seed): every file name, status, exit code and reader. No torch.
 
 results/<experiment>/design.json   how the experiment's rows are judged (ablate.report.decide), if declared
+results/<experiment>/summary.md, summary.csv   the sweep's table of every job (ablate.sweep.runner); the report
+                                   lists runs in summary.csv's order (`summary_order`)
 results/<experiment>/runs/<run>/seed-<n>/
     job.json          the job record the runner hands a worker (ablate.train.job): resolved spec, config hash, device
     config.yaml       the resolved spec, for people
@@ -54,6 +56,7 @@ DIAGNOSTICS = "diagnostics.jsonl"
 HYPOTHESES, CHECKPOINTS, LOG, LOCK = "hypotheses", "checkpoints", "worker.log", ".lock"
 SLURM_JOB = "slurm.json"
 DESIGN = "design.json"  # beside runs/, one an experiment
+SUMMARY_MD, SUMMARY_CSV = "summary.md", "summary.csv"  # beside runs/: the sweep's table
 BUDGET_POINTS, POINT = "budgets", "point.json"
 CHECKPOINT, CHECKPOINT_INFO = f"{CHECKPOINTS}/last.pt", f"{CHECKPOINTS}/last.json"
 STALE = ".stale-"  # seed-<n>.stale-<hash>: an earlier result set aside when the spec changed
@@ -134,6 +137,24 @@ def write_result(directory: Path, result: RunResult) -> None:
     write_json(directory / RESULT, result.dump())
 
 
+def read_config(directory: Path) -> dict[str, Any]:
+    """config.yaml: the resolved spec as stored for people (an empty file reads as {}). Raises OSError or
+    yaml.YAMLError when it cannot be read."""
+    import yaml
+
+    return yaml.safe_load((directory / CONFIG).read_text(encoding="utf-8")) or {}
+
+
+def summary_order(experiment: Path) -> list[str]:
+    """The runs in the order of the experiment's summary.csv; [] when there is none or it cannot be read."""
+    import csv
+
+    with (contextlib.suppress(OSError, csv.Error, UnicodeDecodeError),
+          (experiment / SUMMARY_CSV).open(encoding="utf-8", newline="") as file):  # fmt: skip
+        return [row["run"] for row in csv.DictReader(file) if row.get("run")]
+    return []
+
+
 def stored_hash(directory: Path) -> str | None:
     """The config hash of what a run directory holds: job.json's.
 
@@ -145,7 +166,8 @@ def stored_hash(directory: Path) -> str | None:
     import yaml
 
     with contextlib.suppress(OSError, yaml.YAMLError, AttributeError):
-        return config_hash(yaml.safe_load((directory / CONFIG).read_text(encoding="utf-8")))
+        config = read_config(directory)
+        return config_hash(config) if config else None
     return None
 
 

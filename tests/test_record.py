@@ -4,12 +4,24 @@ from __future__ import annotations
 
 import json
 
+import pandas as pd
 import pytest
 
 from ablate.config import hash_marks
 from ablate.errors import SpecError
 from ablate.record import BudgetPoint, RunResult, Status, resolved_precision
-from ablate.rundir import ADDED, BOOKKEEPING, as_stored, config_hash, read_point, read_result, write_result
+from ablate.rundir import (
+    ADDED,
+    BOOKKEEPING,
+    as_stored,
+    config_hash,
+    read_config,
+    read_point,
+    read_result,
+    stored_hash,
+    summary_order,
+    write_result,
+)
 from ablate.train.spec import RunSpec
 from tests.conftest import ROOT
 
@@ -49,6 +61,31 @@ def test_a_missing_or_cut_off_result_reads_as_none(tmp_path):
     assert read_result(tmp_path) is None
     (tmp_path / "result.json").write_text('{"run": "baseline", "se')
     assert read_result(tmp_path) is None
+
+
+def test_the_report_takes_the_run_order_of_every_committed_summary_csv():
+    """summary_order reads the run column as pandas does (quoted fields with commas: lr=... run names, the
+    device)."""
+    summaries = sorted((ROOT / "results").glob("*/summary.csv"))
+    assert summaries
+    for path in summaries:
+        runs = list(pd.read_csv(path)["run"].astype(str))
+        assert summary_order(path.parent) == runs and any(run.startswith("baseline") for run in runs), path
+
+
+def test_a_missing_or_unreadable_summary_gives_no_order(tmp_path):
+    assert summary_order(tmp_path) == []
+    (tmp_path / "summary.csv").write_bytes(b"run,BLEU\n\xff\xfe,1\n")
+    assert summary_order(tmp_path) == []
+
+
+def test_a_stored_config_reads_back_and_an_empty_one_has_no_hash(tmp_path):
+    (tmp_path / "config.yaml").write_text("model: {d_model: 32}\n")
+    assert read_config(tmp_path) == {"model": {"d_model": 32}}
+    assert stored_hash(tmp_path) == config_hash({"model": {"d_model": 32}})
+    (tmp_path / "config.yaml").write_text("")
+    assert read_config(tmp_path) == {} and stored_hash(tmp_path) is None
+    assert stored_hash(tmp_path / "nowhere") is None
 
 
 def test_a_result_written_is_the_result_read(tmp_path):

@@ -1,12 +1,12 @@
 """A re-run against its reference: rows of expected, measured and tolerance, in one of two modes. No torch.
 
 - **exact**, on the CPU that made the reference (same device name, hence CPU model, ISA and threads,
-  same torch, same precision): a run is deterministic there, so the hypotheses' hash and every number
-  must be equal;
-- **within seed noise**, anywhere else: another CPU's round-off sends training down another path,
-  as a new seed would. Each metric may move by `Tolerance.multiple` seed-to-seed standard deviations
-  (or its floor): the Student t prediction interval of ablate.check.reference, which
-  results/reference/README.md works through.
+  same torch, same precision), unless the reference says `mode: noise` or the check is run with `--noise`:
+  a run is deterministic there, so the hypotheses' hash and every number must be equal;
+- **within seed noise**, anywhere else, and where exact is not asked for: another CPU's round-off sends
+  training down another path, as a new seed would. Each metric may move by `Tolerance.multiple`
+  seed-to-seed standard deviations (or its floor): the Student t prediction interval of
+  ablate.check.reference, which results/reference/README.md works through.
 
 A measured seed is its run record (ablate.record.RunResult) with the check's losses and hash beside it
 (ablate.check.reference.Measured).

@@ -2,8 +2,8 @@
 
 It keeps a baseline recipe's resolved spec, what each of several seeds measured (parameters, BLEU, chrF, the
 validation loss at fixed steps, a hash of the test hypotheses), and the machine it was measured on.
-`ablate check --update` measures it again and rewrites it: on purpose only. `dump` writes back what `load`
-read, byte for byte.
+`ablate check --update` measures it again and rewrites it: on purpose only. A file `dump` wrote, `load` reads
+and `dump` writes back byte for byte (a hand-written one gets dump's header and layout).
 
 On another machine each metric may move by `Tolerance.multiple` seed-to-seed standard deviations (or its
 floor), where the multiple is the Student t prediction interval for one new seed against the seeds' mean at

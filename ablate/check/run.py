@@ -2,8 +2,9 @@
 
 Each measured reference under results/reference/ (ablate.check.reference) trains its first seed again
 through the sweep (ablate.check.measure) and is judged exactly on the machine that made it, within seed
-noise anywhere else (ablate.check.compare); the exit code is 1 when any fails. `--update` measures every
-seed of a reference again, from its source experiment file, and rewrites the file: on purpose only.
+noise anywhere else or where the reference or `--noise` asks for it (ablate.check.compare); the exit code
+is 1 when any fails. `--update` measures every seed of a reference again, from its source experiment file,
+and rewrites the file: on purpose only.
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ from ablate.record import BucketScore
 from ablate.report.frame import mean_of, significant_mean
 from ablate.report.results import ExperimentResults, JobRecord, bleus
 
-# Shown only when --columns names them, with `BLEU <bucket>` for each source-length bucket (`BLEU 31+`)
+# Shown only when --columns or --sort names them, with `BLEU <bucket>` for each source-length bucket (`BLEU 31+`)
 OPTIONAL = ["grad norm init", "entropy end", "max logit end", "logits norm end"]
 
 

@@ -2,10 +2,11 @@
 
 load       the run directories (ablate.report.results), or, with `at="best-lr"`, each run at its best rate, or
            with `at_budget`, each run as it stood at that budget point
-tables     the comparison (frame.py), learning-rate sensitivity, BLEU by length, the paper's Table 3, and the
-           runs across budget points (budgets.py)
+tables     the comparison (frame.py), learning-rate sensitivity, BLEU by length, the paper's Table 3, the
+           runs across budget points and their rank agreement (budgets.py), and a reproduced published number
 print      on the terminal, or rendered as md, csv, latex or html
-write      <experiment>/report/: every table in every format, the run cards, the plots and index.html
+write      <experiment>/report/: the comparison, learning-rate and paper tables in every format; BLEU by length,
+           budgets, agreement and reproduced as md and csv; the run cards, the plots and index.html
 """
 
 from __future__ import annotations
@@ -83,7 +84,8 @@ REPRODUCED_TITLE = "budget points against runs trained to that budget alone"
 
 
 def print_report(console, report: Report, compact: bool = True) -> None:
-    """The comparison on the terminal (`compact`: its main columns), then the learning-rate and the paper's tables."""
+    """The comparison on the terminal (`compact`: its main columns), then whichever of the learning-rate, the
+    paper's, the budget, the rank-agreement and the reproduced tables the report has."""
     print_table(console, report.title, report.frame, report.notes, compact)
     if report.lr is not None:
         print_table(console, f"{report.exp.name}: learning-rate sensitivity", *report.lr)
@@ -115,7 +117,8 @@ def render_all(reports: list[Report], fmt: str) -> str:
 
 
 def write_report(report: Report) -> list[Path]:
-    """<experiment>/report/: the table in every file format, the run cards, the plots and, last, index.html."""
+    """<experiment>/report/: the tables (see the module's docstring for which in which formats), the run cards,
+    the plots and, last, index.html."""
     exp, frame, notes = report.source, report.frame, report.notes
     folder = exp.directory / "report"
     files = {name: render(fmt, frame, report.title, notes) for fmt, name in FILES.items()} | {"cards.md": cards(exp)}

@@ -17,7 +17,7 @@ Student's t with Welch-Satterthwaite's degrees of freedom).
 
 **A sequential design** (`ablate run --until-decided --max-seeds N`) looks after every seed. Every run starts
 with the experiment's seeds; after each look each undecided row gets one more seed, and so does the reference
-when its seeds are the larger part of every undecided row's variance, until every row is decided or has N
+when its seeds are the larger part of every undecided row's seed-to-seed variance, until every row is decided or has N
 seeds. Stopping at the first decision would make false decisions likelier than α, since every look is another
 chance: look k therefore tests at α_k, the increment of an alpha-spending function α·f(n_k / N) at the
 information fraction n_k / N (Lan & DeMets 1983; n_k the seeds a row has at look k), so that the α_k sum to

@@ -5,17 +5,24 @@ Every file is read through ablate.rundir; torch is never imported.
 
 from __future__ import annotations
 
-import contextlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import pandas as pd
 import yaml
 
 from ablate.errors import UserError
 from ablate.record import RunResult
-from ablate.rundir import CONFIG, RESULT, read_diagnostics, read_hypotheses, read_metrics, read_result, seed_dirs
+from ablate.rundir import (
+    RESULT,
+    read_config,
+    read_diagnostics,
+    read_hypotheses,
+    read_metrics,
+    read_result,
+    seed_dirs,
+    summary_order,
+)
 
 
 @dataclass
@@ -108,20 +115,14 @@ def load_results(directory: Path) -> ExperimentResults:
             if result is None:
                 raise UserError(f"{seed_dir}: unreadable result: {RESULT} cannot be read as JSON")
             try:
-                config = yaml.safe_load((seed_dir / CONFIG).read_text(encoding="utf-8")) or {}
+                config = read_config(seed_dir)
             except (OSError, ValueError, yaml.YAMLError) as error:
                 raise UserError(f"{seed_dir}: unreadable result: {error}") from None
             runs.setdefault(run_dir.name, []).append(JobRecord(seed_dir, result, config))
-    order = ["baseline", *_summary_order(directory)]
+    order = ["baseline", *summary_order(directory)]
     ranked = sorted(runs, key=lambda r: (order.index(r) if r in order else len(order), r))
     name = next((jobs[0].result.experiment for jobs in runs.values() if jobs), None) or directory.name
     return ExperimentResults(name, directory, {r: runs[r] for r in ranked})
-
-
-def _summary_order(directory: Path) -> list[str]:
-    with contextlib.suppress(OSError, pd.errors.ParserError, KeyError, pd.errors.EmptyDataError):
-        return list(pd.read_csv(directory / "summary.csv")["run"].astype(str))
-    return []
 
 
 class SentenceStatistics:

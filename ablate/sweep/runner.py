@@ -29,6 +29,8 @@ from ablate.report.tables import print_table
 from ablate.rundir import (
     JOB,
     RESULT,
+    SUMMARY_CSV,
+    SUMMARY_MD,
     Exit,
     checkpoint_step,
     read_result,
@@ -97,7 +99,7 @@ def _run(experiments: list[Experiment], options: Options, console, sweep_one: Sw
         if not rows:
             continue  # a rank other than 0 under torchrun, or jobs left running on the cluster
         print_table(console, f"{experiment.name}: {experiment.description}", frame, notes, compact=True)
-        console.print(f"written: {options.results / experiment.name / 'summary.md'} and summary.csv", highlight=False)
+        console.print(f"written: {options.results / experiment.name / SUMMARY_MD} and {SUMMARY_CSV}", highlight=False)
         failed += [f"{experiment.name}/{r.run}/seed-{r.seed}: {r.error or ''}"
                    for r in rows if r.status == Status.FAILED]  # fmt: skip
         # stopped in this sweep from outside (Slurm's scancel): its row says by what, in `error`; a run an
@@ -276,8 +278,8 @@ def write_results(experiment: Experiment, results: Path, planned: list[Planned],
     root = results / experiment.name
     frame, notes = report_frame(from_records(experiment.name, root, rows), test="none")
     title = f"{experiment.name}: {experiment.description}"
-    write_text(root / "summary.md", render("md", frame, title, notes))
-    write_text(root / "summary.csv", render("csv", frame, title, notes))
+    write_text(root / SUMMARY_MD, render("md", frame, title, notes))
+    write_text(root / SUMMARY_CSV, render("csv", frame, title, notes))
     return rows, frame, notes
 
 
