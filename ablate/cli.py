@@ -15,7 +15,7 @@ from rich.console import Console
 from rich.table import Table
 
 from ablate.errors import UserError
-from ablate.report.tables import FORMATS
+from ablate.report.tables import FORMATS, SUFFIXES
 from ablate.sweep.launchers import LAUNCHERS
 from ablate.train.worker import bound_primitive_caches
 
@@ -108,7 +108,9 @@ def build_parser() -> Parser:
                         help="an experiment's directory (results/pe) or a directory of them (results)")  # fmt: skip
     report.add_argument("--format", choices=FORMATS, default="terminal",
                         help="what is printed (or written to --output); default terminal")  # fmt: skip
-    report.add_argument("--output", type=Path, metavar="FILE", help="write the table in --format to FILE")
+    report.add_argument("--output", type=Path, metavar="FILE",
+                        help="write the table in --format to FILE (without --format: the format its suffix names, "
+                        ".md, .csv, .tex or .html)")  # fmt: skip
     report.add_argument("--sort", metavar="COLUMN", help="sort rows on a column (scores best first)")
     report.add_argument("--reverse", action="store_true", help="reverse the --sort order")
     report.add_argument("--columns", metavar="A,B,...",
@@ -326,20 +328,26 @@ def cmd_report(args: argparse.Namespace) -> int:
     from ablate.report.results import find_experiments
 
     columns = [c.strip() for c in args.columns.split(",")] if args.columns not in (None, "all") else None
+    fmt = args.format
+    if args.output is not None and fmt == "terminal":  # the file says which: table.tex is LaTeX
+        fmt = SUFFIXES.get(args.output.suffix.lower(), "")
+        if not fmt:
+            raise UserError(f"ablate report: --output {args.output}: give --format md, csv, latex or html, or a file "
+                            f"ending in {', '.join(SUFFIXES)}")  # fmt: skip
     out = console()
     reports, written = [], []
     for directory in find_experiments(args.results_dir):
         report = build(directory, args.significance, args.at, columns, args.sort, args.reverse, args.at_budget,
                        args.margin)  # fmt: skip
         reports.append(report)
-        if args.format == "terminal":
+        if fmt == "terminal":
             print_report(out, report, compact=args.columns is None)
         if not args.no_files:
             written += write_report(report)
             if not figures.available():
                 out.print("plots: not drawn, matplotlib (a dependency of ablate) is missing: pip install "
                           "'matplotlib>=3.7'", highlight=False)  # fmt: skip
-    text = render_all(reports, args.format) if args.format != "terminal" else ""
+    text = render_all(reports, fmt) if fmt != "terminal" else ""
     if args.output is not None:
         write_text(args.output, text)
         out.print(f"written: {args.output}", highlight=False)

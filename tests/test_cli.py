@@ -73,3 +73,17 @@ def test_schema_validates_the_shipped_experiments():
         jsonschema.validate(yaml.safe_load(path.read_text()), schema)
     bad = {"name": "x", "model": {"positions": "lerned"}}
     assert not jsonschema.Draft202012Validator(schema).is_valid(bad)
+
+
+def test_report_output_takes_its_format_from_the_suffix_or_says_what_is_missing(tmp_path):
+    """`--output table.tex` alone writes LaTeX (it wrote an empty file before, in the terminal format); a suffix
+    that names no format is a one-line error, and nothing is written."""
+    args = ["report", str(ROOT / "results" / "pe-short"), "--no-files", "--significance", "none"]
+    done = cli(*args, "--output", str(tmp_path / "table.tex"))
+    assert done.returncode == 0, done.stderr
+    tex = (tmp_path / "table.tex").read_text()
+    assert "\\begin{tabular}" in tex and "rotary" in tex and f"written: {tmp_path / 'table.tex'}" in done.stdout
+    bad = cli(*args, "--output", str(tmp_path / "table.txt"))
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and not (tmp_path / "table.txt").exists()
+    assert "--output" in bad.stderr and "--format md, csv, latex or html" in bad.stderr
+    assert "written" not in bad.stdout

@@ -19,6 +19,7 @@ TEXT_COLUMNS = {"run", "differs", "device", "precision", "status", "note", "GPU 
                 "verdict", "decided at"}  # fmt: skip  # left-aligned; the rest numbers
 FILES = {"md": "table.md", "csv": "table.csv", "latex": "table.tex", "html": "table.html"}  # format -> report/ file
 FORMATS = ("terminal", *FILES)  # what `ablate report --format` takes
+SUFFIXES = {name[name.rindex(".") :]: fmt for fmt, name in FILES.items()}  # .tex -> latex: `--output` alone
 TWO_DECIMALS = {"BLEU", "BLEU std", "chrF", "valid ppl", "max logit end", "logits norm end"}
 
 
