@@ -52,6 +52,16 @@ def tiny_model(vocab: int = 50, **changes):
     return build_model(tiny_spec(**changes), vocab, vocab).eval()
 
 
+def randomised(module: torch.nn.Module, seed: int = 0) -> torch.nn.Module:
+    """Every parameter drawn at random, biases, norm gains and biases, QK-norm's g too, so that a part that ignores
+    one fails a comparison with a reference: matrices N(0, 0.3²), vectors N(1, 0.3²) (gains near 1)."""
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in module.parameters():
+            p.copy_(torch.randn(p.shape, generator=g) * 0.3 + (1.0 if p.dim() == 1 else 0.0))
+    return module
+
+
 def on_cores(cores: list[int] | None):
     """A `preexec_fn` that lets a child process run on `cores` (None: this process's cores, its default)."""
     return None if cores is None else lambda: os.sched_setaffinity(0, cores)

@@ -5,9 +5,10 @@ import math
 import pytest
 import torch
 
-from ablate.parts.attention import SCALING, CrossAttention, SelfAttention
+from ablate.parts.attention import KV, SCALING, CrossAttention, SelfAttention
 from ablate.parts.positions import POSITIONS
 from ablate.parts.projections import PROJECTION
+from tests.conftest import randomised
 
 D, H = 32, 4
 D_K = 8
@@ -106,3 +107,63 @@ def test_on_the_cpu_bf16_attention_is_computed_in_fp32():
     x = [t.detach().float() for t in (q, k, v)]
     assert torch.equal(sdpa(*x, attn_mask=mask, scale=0.3),
                        torch.nn.functional.scaled_dot_product_attention(*x, attn_mask=mask, scale=0.3))  # fmt: skip
+
+
+def rope_by_hand(x: torch.Tensor, base: float, offset: int = 0) -> torch.Tensor:
+    """RoPE as Su et al. write it: feature pair i of position m, read as the complex number x_2i + j·x_2i+1, times
+    e^(j·m·θ_i) with θ_i = base^(−2i/d_k)."""
+    *_, length, d_k = x.shape
+    pairs = torch.view_as_complex(x.double().reshape(*x.shape[:-1], d_k // 2, 2).contiguous())
+    theta = base ** (-torch.arange(0, d_k, 2, dtype=torch.float64) / d_k)
+    m = torch.arange(offset, offset + length, dtype=torch.float64)[:, None]
+    return torch.view_as_real(pairs * torch.polar(torch.ones_like(m * theta), m * theta)).flatten(-2).float()
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_rotary_attention_rotates_q_and_k_and_not_v(causal):
+    """Self-attention with RoPE (a base other than the default, every parameter randomised) against the formula:
+    q and k rotated by their positions, v as projected, softmax(q·k / √d_k) v. Without the rotation, or with v
+    rotated too, it fails (checked below)."""
+    torch.manual_seed(0)
+    rotary = POSITIONS.build(POSITIONS.parse({"name": "rotary", "base": 500.0}), d_model=D)
+    full = PROJECTION.build(PROJECTION.parse("full"), d_model=D, heads=H, d_k=D_K, cross=False)
+    part = SCALING.build(SCALING.parse("sqrt_dk"), d_model=D, heads=H, d_k=D_K)
+    attn = randomised(SelfAttention(D, H, D_K, full, part, dropout=0.0, positions=rotary).eval())
+    x = torch.randn(2, 6, D)
+    B, L, _ = x.shape
+    q, k, v = (x @ full.w_qkv.weight.T + full.w_qkv.bias).split(H * D_K, dim=-1)
+    q, k, v = (t.reshape(B, L, H, D_K).transpose(1, 2) for t in (q, k, v))
+
+    def attend(q, k, v):
+        scores = (q @ k.transpose(-1, -2)) / math.sqrt(D_K)
+        if causal:
+            scores = scores.masked_fill(torch.ones(L, L, dtype=torch.bool).triu(1), float("-inf"))
+        out = (torch.softmax(scores, dim=-1) @ v).transpose(1, 2).reshape(B, L, H * D_K)
+        return out @ attn.w_o.weight.T + attn.w_o.bias
+
+    expected = attend(rope_by_hand(q, 500.0), rope_by_hand(k, 500.0), v)
+    with torch.no_grad():
+        got = attn(x, causal=causal)
+        torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
+        assert not torch.allclose(got, attend(q, k, v), atol=1e-3)  # the rotation matters here
+        assert not torch.allclose(got, attend(rope_by_hand(q, 500.0), rope_by_hand(k, 500.0),
+                                              rope_by_hand(v, 500.0)), atol=1e-3)  # fmt: skip
+
+
+def test_rotary_decoding_one_token_at_a_time_rotates_each_at_its_position():
+    """With the decoding cache, token t is rotated as position t (the offset), as the whole sequence would be."""
+    torch.manual_seed(1)
+    rotary = POSITIONS.build(POSITIONS.parse({"name": "rotary", "base": 500.0}), d_model=D)
+    full = PROJECTION.build(PROJECTION.parse("full"), d_model=D, heads=H, d_k=D_K, cross=False)
+    part = SCALING.build(SCALING.parse("sqrt_dk"), d_model=D, heads=H, d_k=D_K)
+    attn = randomised(SelfAttention(D, H, D_K, full, part, dropout=0.0, positions=rotary).eval())
+    x = torch.randn(2, 5, D)
+    B, L, _ = x.shape
+    with torch.no_grad():
+        whole = attn(x, causal=True)
+        cache = KV()
+        steps = [attn(x[:, t : t + 1], causal=True, cache=cache) for t in range(L)]
+        k = (x @ full.w_qkv.weight.T + full.w_qkv.bias).split(H * D_K, dim=-1)[1]
+    torch.testing.assert_close(torch.cat(steps, dim=1), whole, atol=1e-5, rtol=1e-5)
+    k = k.reshape(B, L, H, D_K).transpose(1, 2)
+    torch.testing.assert_close(cache.k, rope_by_hand(k, 500.0), atol=1e-5, rtol=1e-5)  # key t turned as position t

@@ -8,7 +8,6 @@ from contextlib import nullcontext
 import pytest
 import torch
 import torch.nn.functional as F
-from torch import nn
 
 from ablate.data.batches import collate
 from ablate.data.tokenizer import BOS, EOS, PAD
@@ -17,7 +16,7 @@ from ablate.model.spec import PART_FIELDS
 from ablate.model.transformer import build_model
 from ablate.registry import REGISTRY
 from ablate.train.trainer import Trainer, TrainingSpec
-from tests.conftest import tiny_model, tiny_spec
+from tests.conftest import randomised, tiny_model, tiny_spec
 
 V = 40
 ALL_PARTS = [(slot, name) for slot in PART_FIELDS for name in REGISTRY[slot].parts]
@@ -32,15 +31,6 @@ def batch(lengths=(7, 5, 3), seed=0):
         tgt = [rng.randrange(4, V) for _ in range(n)]
         examples.append(([*src, EOS], [BOS, *tgt, EOS]))
     return collate(examples)
-
-
-def randomised(model: nn.Module, seed: int = 0) -> nn.Module:
-    """Every parameter drawn at random (biases, norm gains and biases, QK-norm's g too): none may be ignored."""
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for p in model.parameters():
-            p.copy_(torch.randn(p.shape, generator=g) * 0.3 + (1.0 if p.dim() == 1 else 0.0))  # gains near 1
-    return model
 
 
 @pytest.mark.parametrize("slot, name", ALL_PARTS, ids=[f"{s}={p}" for s, p in ALL_PARTS])

@@ -1,4 +1,5 @@
-"""The assembled Transformer against PyTorch's own layers, the paper's parameter count, and its decoding cache."""
+"""The encoder and decoder stacks against PyTorch's own layers, every parameter randomised (biases and norm gains
+included); the paper's parameter count."""
 
 import pytest
 import torch
@@ -6,7 +7,7 @@ from torch import nn
 
 from ablate.model.spec import ModelSpec
 from ablate.model.transformer import build_model, count_parameters, parameter_count
-from tests.conftest import tiny_model, tiny_spec
+from tests.conftest import randomised, tiny_model, tiny_spec
 
 D, H, FF, N = 32, 4, 64, 2
 
@@ -46,7 +47,7 @@ def inputs(seed=1, batch=3, src_len=7, tgt_len=6):
 
 @pytest.mark.parametrize("placement, norm_first", [("post_ln", False), ("pre_ln", True)])
 def test_encoder_equals_pytorch_encoder(placement, norm_first):
-    model = tiny_model(norm_placement=placement)
+    model = randomised(tiny_model(norm_placement=placement))
     layer = nn.TransformerEncoderLayer(
         D, H, FF, dropout=0.0, activation="relu", batch_first=True, norm_first=norm_first
     )
@@ -67,7 +68,7 @@ def test_encoder_equals_pytorch_encoder(placement, norm_first):
 
 @pytest.mark.parametrize("placement, norm_first", [("post_ln", False), ("pre_ln", True)])
 def test_decoder_equals_pytorch_decoder(placement, norm_first):
-    model = tiny_model(norm_placement=placement)
+    model = randomised(tiny_model(norm_placement=placement))
     layer = nn.TransformerDecoderLayer(
         D, H, FF, dropout=0.0, activation="relu", batch_first=True, norm_first=norm_first
     )

@@ -7,7 +7,7 @@ from torch import nn
 
 from ablate.model.transformer import build_model, count_parameters
 from ablate.parts.norms import NORM, NORM_PLACEMENT
-from tests.conftest import cli, tiny_model, tiny_spec
+from tests.conftest import cli, randomised, tiny_model, tiny_spec
 
 D, H, FF, N, V = 32, 4, 64, 2, 50  # the sizes of tests.conftest.tiny_spec
 D_K = D // H
@@ -36,15 +36,6 @@ class TutorialSelfAttention(nn.Module):
         attention = torch.softmax(energy * self.scale, dim=3)
         out = torch.einsum("nhql,nlhd->nqhd", [attention, values]).reshape(n, query_len, self.heads * self.head_dim)
         return self.fc_out(out)
-
-
-def randomised(module: nn.Module) -> nn.Module:
-    """Every parameter drawn afresh, biases and norm gains included, so a part that ignores one fails."""
-    torch.manual_seed(3)
-    with torch.no_grad():
-        for p in module.parameters():
-            nn.init.normal_(p, std=0.5)
-    return module
 
 
 def tutorial_copy(attn, scale: float) -> TutorialSelfAttention:
