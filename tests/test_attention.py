@@ -8,7 +8,7 @@ import torch
 from ablate.parts.attention import KV, SCALING, CrossAttention, SelfAttention
 from ablate.parts.positions import POSITIONS
 from ablate.parts.projections import PROJECTION
-from tests.conftest import randomised
+from tests.conftest import randomised, tiny_model
 
 D, H = 32, 4
 D_K = 8
@@ -167,3 +167,26 @@ def test_rotary_decoding_one_token_at_a_time_rotates_each_at_its_position():
     torch.testing.assert_close(torch.cat(steps, dim=1), whole, atol=1e-5, rtol=1e-5)
     k = k.reshape(B, L, H, D_K).transpose(1, 2)
     torch.testing.assert_close(cache.k, rope_by_hand(k, 500.0), atol=1e-5, rtol=1e-5)  # key t turned as position t
+
+
+def test_attention_dropout_drops_attention_weights_in_training_alone():
+    """attention_dropout (SDPA's dropout_p): in training each draw differs, and their mean is the evaluation output
+    (weights dropped and the rest scaled by 1/(1 − p): unbiased); in evaluation nothing is dropped. Every attention
+    of a model built with it has it."""
+    torch.manual_seed(0)
+    none = POSITIONS.build(POSITIONS.parse("none"), d_model=D)
+    full = PROJECTION.build(PROJECTION.parse("full"), d_model=D, heads=H, d_k=D_K, cross=False)
+    part = SCALING.build(SCALING.parse("sqrt_dk"), d_model=D, heads=H, d_k=D_K)
+    attn = randomised(SelfAttention(D, H, D_K, full, part, dropout=0.3, positions=none))
+    x = torch.randn(1, 6, D)
+    with torch.no_grad():
+        evaluation = attn.eval()(x)
+        assert torch.equal(attn(x), evaluation)
+        attn.train()
+        draws = torch.stack([attn(x) for _ in range(4000)])
+    assert not torch.allclose(draws[0], draws[1])
+    sd = draws.std(0) / 4000**0.5  # the standard error of the mean, element by element
+    assert ((draws.mean(0) - evaluation).abs() <= 5 * sd + 1e-6).all()
+    model = tiny_model(attention_dropout=0.2)
+    attentions = [m for m in model.modules() if isinstance(m, (SelfAttention, CrossAttention))]
+    assert len(attentions) == 6 and all(m.dropout == 0.2 for m in attentions)  # 2 encoder + 2x2 decoder layers

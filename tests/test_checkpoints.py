@@ -38,12 +38,14 @@ def test_saving_keeps_the_weights_of_the_last_n_steps(tmp_path):
     for step in (10, 20, 30, 40):
         with torch.no_grad():
             for p in model.parameters():
-                p.fill_(step)
+                p.fill_(step * step)  # 400, 900, 1600 kept: their mean is none of them (the middle one is 900)
         checkpoints.save(tmp_path, {"model": model.state_dict(), "step": step}, step, "hash", keep=3)
     assert checkpoints.kept_steps(tmp_path) == [20, 30, 40]
     averaged, steps = checkpoints.averaged_weights(tmp_path, 3)
     assert steps == [20, 30, 40]
-    assert all(torch.all(v == 30) for k, v in averaged.items() if "weight" in k or "bias" in k)
+    mean = (400 + 900 + 1600) / 3
+    tensors = [v for k, v in averaged.items() if "weight" in k or "bias" in k]
+    assert tensors and all(torch.allclose(v, torch.full_like(v, mean)) for v in tensors)
     assert json.loads((tmp_path / "checkpoints" / "last.json").read_text()) == {"step": 40, "config_hash": "hash"}
     checkpoints.forget_after(tmp_path, 30)
     assert checkpoints.kept_steps(tmp_path) == [20, 30]

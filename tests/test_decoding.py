@@ -75,16 +75,6 @@ def test_beam_search_returns_a_hypothesis_at_least_as_likely_as_greedy(trained):
         assert log_prob(row, b) >= log_prob(row, g) - 1e-4
 
 
-def test_decoding_stops_at_source_length_plus_max_extra():
-    torch.manual_seed(0)
-    model = build_model(ModelSpec(d_model=16, heads=2, d_ff=32, encoder_layers=1, decoder_layers=1), V, V).eval()
-    with torch.no_grad():
-        model.embeddings.output.weight[EOS] = -10.0  # make </s> unlikely: output runs to the limit
-    src = pad([[5, 6, EOS], [5, 6, 7, 8, EOS]])
-    assert [len(h) for h in greedy(model, src, max_extra_len=2)] == [5, 7]
-    assert [len(h) for h in beam_search(model, src, 3, 0.6, max_extra_len=2)] == [5, 7]
-
-
 class Scripted:
     """A 'model' whose next-token log-probabilities depend on the last token alone, from a table."""
 
@@ -106,6 +96,21 @@ class Scripted:
 
     def generator(self, hidden):
         return hidden @ self.table  # (B, V): the row of each beam's last token
+
+
+def test_decoding_stops_at_source_length_plus_max_extra():
+    """A model that never ends a sentence (</s> at log-probability −1e9 after every token; −inf would make the
+    scripted model's one-hot product NaN) is cut at each source's length (</s> counted) plus max_extra_len, greedy
+    and beam search alike; with </s> the likeliest, the same sources end at once."""
+    never = torch.full((V, V), -1.0)
+    never[:, EOS] = -1e9
+    src = pad([[5, 6, EOS], [5, 6, 7, 8, EOS]])
+    assert [len(h) for h in greedy(Scripted(never), src, max_extra_len=2)] == [5, 7]
+    assert [len(h) for h in beam_search(Scripted(never), src, 3, 0.6, max_extra_len=2)] == [5, 7]
+    ends = never.clone()
+    ends[:, EOS] = 0.0  # </s> most likely after any token: every hypothesis is empty
+    assert greedy(Scripted(ends), src, max_extra_len=2) == [[], []]
+    assert beam_search(Scripted(ends), src, 3, 0.6, max_extra_len=2) == [[], []]
 
 
 def test_beam_search_keeps_a_growing_beam_that_the_length_penalty_will_favour():

@@ -44,7 +44,12 @@ def test_a_step_computes_in_the_precision_and_keeps_fp32_weights(precision):
     assert logits.dtype == (torch.bfloat16 if precision == "bf16" else torch.float32)
     spec = TrainingSpec(schedule={"name": "constant", "lr": 1e-3}, max_steps=1, precision=precision)
     trainer = Trainer(model.train(), spec, 32)
+    seen = []  # the dtype of the logits the training step itself computes
+    hook = model.embeddings.output.register_forward_hook(lambda module, args, out: seen.append(out.dtype))
     loss = trainer.train_step([collate(batch())])
+    hook.remove()
+    assert seen == [torch.bfloat16 if precision == "bf16" else torch.float32]
+    assert isinstance(loss, float)
     assert all(p.dtype == torch.float32 for p in model.parameters())  # master weights
     assert all(s["exp_avg"].dtype == torch.float32 for s in trainer.optimizer.state.values())
     reference = Trainer(tiny_model().train(), spec.model_copy(update={"precision": "fp32"}), 32)

@@ -133,7 +133,11 @@ def test_without_slurm_one_line_and_exit_2(tmp_path):
 def test_a_signal_before_the_worker_started_requeues(tmp_path, monkeypatch):
     job = SimpleNamespace(directory=tmp_path, config_hash="abc")
     monkeypatch.setattr(slurm, "Job", SimpleNamespace(load=lambda path: job))
-    assert Task().checkpoint(str(tmp_path)) is not None
+    import submitit
+
+    again = Task().checkpoint(str(tmp_path))  # no result.json: requeued, the same task on the same directory
+    assert isinstance(again, submitit.helpers.DelayedSubmission) and isinstance(again.function, Task)
+    assert again.args == (str(tmp_path),)
 
 
 def test_cpus_flag_reaches_the_settings(tmp_path):
