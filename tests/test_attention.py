@@ -14,12 +14,12 @@ D, H = 32, 4
 D_K = 8
 
 
-def self_attention(scaling: str, d_k: int = D_K) -> SelfAttention:
+def self_attention(scaling="sqrt_dk", d_k: int = D_K, positions="none", dropout: float = 0.0) -> SelfAttention:
     torch.manual_seed(0)
     part = SCALING.build(SCALING.parse(scaling), d_model=D, heads=H, d_k=d_k)
-    none = POSITIONS.build(POSITIONS.parse("none"), d_model=D)
+    where = POSITIONS.build(POSITIONS.parse(positions), d_model=D)
     full = PROJECTION.build(PROJECTION.parse("full"), d_model=D, heads=H, d_k=d_k, cross=False)
-    return SelfAttention(D, H, d_k, full, part, dropout=0.0, positions=none).eval()
+    return SelfAttention(D, H, d_k, full, part, dropout=dropout, positions=where).eval()
 
 
 def by_hand(attn: SelfAttention, x: torch.Tensor, scale, normalise: bool = False) -> torch.Tensor:
@@ -125,10 +125,8 @@ def test_rotary_attention_rotates_q_and_k_and_not_v(causal):
     q and k rotated by their positions, v as projected, softmax(q·k / √d_k) v. Without the rotation, or with v
     rotated too, it fails (checked below)."""
     torch.manual_seed(0)
-    rotary = POSITIONS.build(POSITIONS.parse({"name": "rotary", "base": 500.0}), d_model=D)
-    full = PROJECTION.build(PROJECTION.parse("full"), d_model=D, heads=H, d_k=D_K, cross=False)
-    part = SCALING.build(SCALING.parse("sqrt_dk"), d_model=D, heads=H, d_k=D_K)
-    attn = randomised(SelfAttention(D, H, D_K, full, part, dropout=0.0, positions=rotary).eval())
+    attn = randomised(self_attention(positions={"name": "rotary", "base": 500.0}))
+    full = attn.projection
     x = torch.randn(2, 6, D)
     B, L, _ = x.shape
     q, k, v = (x @ full.w_qkv.weight.T + full.w_qkv.bias).split(H * D_K, dim=-1)
@@ -153,10 +151,8 @@ def test_rotary_attention_rotates_q_and_k_and_not_v(causal):
 def test_rotary_decoding_one_token_at_a_time_rotates_each_at_its_position():
     """With the decoding cache, token t is rotated as position t (the offset), as the whole sequence would be."""
     torch.manual_seed(1)
-    rotary = POSITIONS.build(POSITIONS.parse({"name": "rotary", "base": 500.0}), d_model=D)
-    full = PROJECTION.build(PROJECTION.parse("full"), d_model=D, heads=H, d_k=D_K, cross=False)
-    part = SCALING.build(SCALING.parse("sqrt_dk"), d_model=D, heads=H, d_k=D_K)
-    attn = randomised(SelfAttention(D, H, D_K, full, part, dropout=0.0, positions=rotary).eval())
+    attn = randomised(self_attention(positions={"name": "rotary", "base": 500.0}))
+    full = attn.projection
     x = torch.randn(2, 5, D)
     B, L, _ = x.shape
     with torch.no_grad():
@@ -174,10 +170,7 @@ def test_attention_dropout_drops_attention_weights_in_training_alone():
     (weights dropped and the rest scaled by 1/(1 − p): unbiased); in evaluation nothing is dropped. Every attention
     of a model built with it has it."""
     torch.manual_seed(0)
-    none = POSITIONS.build(POSITIONS.parse("none"), d_model=D)
-    full = PROJECTION.build(PROJECTION.parse("full"), d_model=D, heads=H, d_k=D_K, cross=False)
-    part = SCALING.build(SCALING.parse("sqrt_dk"), d_model=D, heads=H, d_k=D_K)
-    attn = randomised(SelfAttention(D, H, D_K, full, part, dropout=0.3, positions=none))
+    attn = randomised(self_attention(dropout=0.3))
     x = torch.randn(1, 6, D)
     with torch.no_grad():
         evaluation = attn.eval()(x)
