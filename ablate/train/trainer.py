@@ -459,9 +459,10 @@ class Trainer:
         self.totals = Totals(**state.get("totals", {}))
         if self.watch is not None and state.get("early_stopping") is not None:
             self.watch.load_state_dict(state["early_stopping"])
-        torch.set_rng_state(state["rng"])
+        # torch sets RNG states from CPU tensors only, and checkpoints.load maps every tensor to the run's device
+        torch.set_rng_state(state["rng"].cpu())
         if state.get("cuda_rng") is not None and torch.cuda.is_available():
-            torch.cuda.set_rng_state_all(state["cuda_rng"])
+            torch.cuda.set_rng_state_all([s.cpu() for s in state["cuda_rng"]])
 
 
 @torch.no_grad()
