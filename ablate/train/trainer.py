@@ -60,7 +60,7 @@ class TrainingSpec(Section):
         "auto",
         description="pad every batch to its bucket, a multiple of this many tokens on both sides, with max_tokens // "
         "bucket pairs: two shapes a bucket, whose kernels are built once (ablate/data/batches.py); null: each batch "
-        "padded to its longest sentence; auto: 8 in bf16 on the CPU (oneDNN builds a kernel a shape), else null",
+        "padded to its longest sentence; auto: 8 in bf16 (on the CPU oneDNN builds a kernel a shape), null in fp32",
         json_schema_extra=added(was=None),
     )
     batch_tokens: PositiveInt | None = Field(None, description="accumulate batches until this many target tokens")
@@ -129,12 +129,14 @@ class TrainingSpec(Section):
                                  "of those validation pairs", ("early_stopping", "metric"))  # fmt: skip
         return self
 
-    def bucket_width(self, device: str, precision: str) -> int | None:
-        """`shape_buckets` resolved where the run computes (`precision` resolved): `auto` is 8 for bf16 on the CPU,
-        where oneDNN builds a kernel for each matmul shape and a worker keeps 32 of them, and none elsewhere, where
-        the padding would cost more than the shapes (fp32 takes MKL's kernels; benchmarks/README.md)."""
+    def bucket_width(self, precision: str) -> int | None:
+        """`shape_buckets` resolved for the run's precision (resolved): `auto` is 8 in bf16, where on the CPU oneDNN
+        builds a kernel for each matmul shape and a worker keeps 32 of them, and none in fp32, where the padding
+        costs more than the shapes (MKL's kernels; benchmarks/README.md). Never the device: the buckets decide
+        which pairs train together and how many a step, so the run a config hash names must have the same ones on
+        a CPU and a GPU (until 2026-11-26 auto was none on a GPU: 13% more target tokens in 8,000 steps)."""
         if self.shape_buckets == "auto":
-            return 8 if device == "cpu" and precision == "bf16" else None
+            return 8 if precision == "bf16" else None
         return self.shape_buckets
 
     def budgets(self) -> dict[str, float]:
@@ -235,7 +237,7 @@ class Trainer:
         self._since: float | None = None  # when fit last started counting train_seconds
         self._tenths = 0  # tenths of the budget validated at (see _validation_due)
         self.watch = Watch.of(spec.early_stopping) if spec.early_stopping is not None else None
-        self.width = spec.bucket_width(self.device.type, placement.precision)  # batches' bucket width, or None
+        self.width = spec.bucket_width(placement.precision)  # batches' bucket width, or None
 
     def branch(self, spec: TrainingSpec) -> Trainer:
         """This trainer under another spec (a wsd budget's cooldown branch, ablate.train.budgets): the same model,
