@@ -72,6 +72,10 @@ def build_parser() -> Parser:
     run.add_argument("--gpus-per-run", type=int, default=None, metavar="K",
                      help="GPUs of one run, data-parallel (DDP) when K > 1 (default 1; with Slurm, 0 for a CPU "
                      "spec, 1 for cuda, and for auto 1 where the partition's nodes have GPUs)")  # fmt: skip
+    run.add_argument("--runs-per-gpu", type=_positive, default=1, metavar="R",
+                     help="R runs share each GPU, one GPU a run: for models too small to keep a GPU busy (start "
+                     "NVIDIA's MPS, nvidia-cuda-mps-control -d, so that their kernels overlap); their speed "
+                     "columns then measure a shared GPU (default 1; docs/running.md)")  # fmt: skip
     run.add_argument("--threads-per-run", type=_positive, default=None, metavar="K",
                      help="on the CPU: K threads a run, each run pinned to K cores of its own, as many runs at "
                      "once as the cores allow (default: OMP_NUM_THREADS when it is set; else as many runs at once "
@@ -240,6 +244,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     slurm = {key: value for key, value in flags if value is not None}
     if args.slurm:
         slurm["additional"] = {k.replace("-", "_"): v for k, v in parse_overrides(args.slurm, "--slurm").items()}
+    if args.runs_per_gpu > 1 and args.launcher != "local":
+        raise UserError(f"--runs-per-gpu {args.runs_per_gpu}: with --launcher local only (Slurm gives a job its GPUs "
+                        "whole)")  # fmt: skip
     if args.until_decided != (args.max_seeds is not None):
         raise UserError("ablate run: --until-decided and --max-seeds N go together (the most seeds a run may have)")
     if args.until_decided and (only or args.no_wait):
@@ -247,7 +254,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                         f"{'--only' if only else '--no-wait'}")  # fmt: skip
     options = runner.Options(args.results, args.seeds, only, args.fresh, args.device, args.gpus_per_run,
                              args.threads_per_run, args.tensorboard, args.launcher, slurm, not args.no_wait,
-                             args.margin, args.max_seeds)  # fmt: skip
+                             args.margin, args.max_seeds, args.runs_per_gpu)  # fmt: skip
     if args.dry_run:
         return runner.dry_run(experiments, options, console())
     signal.signal(signal.SIGTERM, _stop_like_ctrl_c)

@@ -149,6 +149,11 @@ class RunResult(Evaluation):
     processes: int | None = None
     gpu_ids: list[int] | None = None
     visible_gpus: str | None = None
+    runs_per_gpu: int | None = Field(
+        None,
+        description="jobs the sweep let share the run's GPU (--runs-per-gpu), "
+        "when more than one: its speed figures then measure a shared GPU",
+    )
     slurm_job: str | None = None
     slurm_restarts: int | None = None
     threads: int | None = None

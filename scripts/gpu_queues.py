@@ -13,6 +13,7 @@ that the rest finish. At the deadline every queue is stopped the same way.
     python scripts/gpu_queues.py --queues 14 --until EPOCH_SECONDS --results DIR \
         --hold pe/runs/none/seed-2 -- experiments/pe.yaml experiments/scaling.yaml
 
+`ablate run --runs-per-gpu R` now shares a GPU between R jobs of one sweep; this script adds the deadline.
 `--hold` takes a job's lock for the script's lifetime, so no queue here trains it (it trains elsewhere).
 Plain output, one line a look; ablate's own output goes to DIR/../queue-<i>.log.
 

@@ -14,7 +14,7 @@ from rich.console import Console
 from ablate.errors import UserError
 from ablate.sweep.devices import Resources, place, resources
 from ablate.sweep.experiment import load_experiment
-from ablate.sweep.launchers.local import LocalLauncher
+from ablate.sweep.launchers.local import LocalLauncher, Pool
 from ablate.sweep.plan import plan
 from ablate.sweep.progress import SweepView
 from ablate.sweep.runner import collect, prepare, prepare_data, write_results
@@ -137,6 +137,40 @@ def test_resources_are_checked_against_the_gpus_there_are():
         resources("auto", 3, visible=[0, 1])
     with pytest.raises(UserError, match="no GPU is visible"):
         resources("cuda", 1, visible=[])
+    shared = resources("auto", 1, visible=[0, 1], runs_per_gpu=3)
+    assert shared.parallel == 6 and shared.describe() == "2 GPU(s) [0, 1], 1 a run, 3 runs a GPU, 6 run(s) at once"
+    with pytest.raises(UserError, match="--runs-per-gpu 2: only with one GPU a run"):
+        resources("auto", 2, visible=[0, 1], runs_per_gpu=2)
+    with pytest.raises(UserError, match="--runs-per-gpu 2: no GPU visible"):
+        resources("cpu", 1, visible=[0, 1], runs_per_gpu=2)
+
+
+def test_with_runs_per_gpu_each_job_goes_to_the_gpu_with_the_most_room():
+    """Two GPUs, two runs a GPU: jobs alternate between them rather than fill one first; a fifth waits; a GPU a
+    job hands back is the next one's."""
+    pool, job = Pool(Resources([3, 1], 1, device="cpu", runs_per_gpu=2)), None
+    taken = [pool.take(job, running) for running in range(4)]
+    assert taken == [[1], [3], [1], [3]] and pool.take(job, 4) is None
+    pool.give_back([3])
+    assert pool.take(job, 3) == [3] and pool.take(job, 4) is None
+    pool.give_back([1])
+    pool.give_back([1])
+    assert pool.take(job, 2) == [1] and pool.take(job, 3) == [1] and pool.take(job, 4) is None
+
+
+def test_runs_sharing_a_gpu_train_side_by_side_and_the_table_marks_their_speed(tmp_path, write):
+    """One GPU, two runs on it: they overlap, each saw that GPU, records how many could share it, and the table
+    marks their speed cells as a shared GPU's (the pool's own test checks that no more than R share one)."""
+    res = Resources([0], 1, device="cpu", runs_per_gpu=2)
+    records, frame, _ = launch(tmp_path, write, "shared", "  ff48: {model.d_ff: 48}", res)
+    assert [r["status"] for r in records] == ["completed"] * 2
+    assert most_at_once(records) == 2
+    assert all(r["gpu_ids"] == [0] and r["visible_gpus"] == "0" and r["runs_per_gpu"] == 2 for r in records)
+    assert list(frame["runs a GPU"]) == [2, 2]
+    from ablate.report.tables import cell
+
+    row = frame.iloc[0].to_dict()
+    assert cell("train tok/s", row["train tok/s"], row).endswith("†") and not cell("BLEU", 1.0, row).endswith("†")
 
 
 def test_place_records_where_a_job_trains(tmp_path):

@@ -344,6 +344,9 @@ def test_bad_flags_get_one_line(tmp_path):
         (["--only", "basline"], "--only: experiments/smoke.yaml has no run 'basline'; did you mean 'baseline'?"),
         (["--gpus-per-run", "2"], "--gpus-per-run 2: no GPU visible"),
         (["--device", "cuda"], "--device cuda: no GPU is visible"),
+        (["--runs-per-gpu", "2"], "--runs-per-gpu 2: no GPU visible; on the CPU use --threads-per-run"),
+        (["--runs-per-gpu", "2", "--launcher", "slurm"], "--runs-per-gpu 2: with --launcher local only"),
+        (["--runs-per-gpu", "0"], "ablate run: argument --runs-per-gpu: expected a positive"),
     ]:
         if args[0] in ("--gpus-per-run", "--device") and torch.cuda.is_available():
             continue  # these are errors only where no GPU is visible

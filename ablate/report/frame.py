@@ -26,7 +26,7 @@ COLUMNS = ["run", "differs", "params", "BLEU", "BLEU std", "n", "ΔBLEU", "ΔBLE
            "chrF", "len ratio", "valid loss", "valid ppl", "train tok/s", "tok/s vs baseline", "decode sent/s",
            "GFLOP/tgt tok", "train PFLOP", "TFLOP/s", "MFU", "budget", "steps", "stopped", "best step", "peak MiB",
            "wall s", "device", "GPUs",
-           "GPU ids", "cores", "core share", "precision", "status", "note"]  # fmt: skip
+           "GPU ids", "runs a GPU", "cores", "core share", "precision", "status", "note"]  # fmt: skip
 HIGHER_IS_BETTER = {"BLEU", "ΔBLEU", "chrF", "train tok/s", "tok/s vs baseline", "decode sent/s", "n"}
 T = TypeVar("T")
 
@@ -212,6 +212,7 @@ def _machine(jobs: list[JobRecord]) -> dict[str, Any]:
         "device": ", ".join(dict.fromkeys(_present(r.device for r in results))) or None,
         "GPUs": max((r.gpus or 0 for r in results), default=0),
         "GPU ids": " / ".join(",".join(map(str, r.gpu_ids)) for r in results if r.gpu_ids) or None,
+        "runs a GPU": max(_present(r.runs_per_gpu for r in results), default=None),
         "cores": " / ".join(_cores(r.cpu_ids) for r in results if r.cpu_ids) or None,
         "core share": min(_present(r.core_share for r in results), default=None),
         "precision": ", ".join(dict.fromkeys(_present(r.precision for r in results))) or None,
@@ -243,6 +244,13 @@ def _notes(exp: ExperimentResults, split: str | None, comparison: Comparison, te
         notes.append(f"The runs trained on {len(devices)} different devices ({'; '.join(devices)}): train tok/s, "
                      "tok/s vs baseline, decode sent/s, TFLOP/s, MFU and wall s compare those as well as the "
                      "models.")  # fmt: skip
+    shared = [row["run"] for row in rows if shared_gpu(row)]
+    if shared:
+        notes.append(
+            f"† {', '.join(shared)}: trained with other runs on its GPU (ablate run --runs-per-gpu, the most over "
+            "its seeds in `runs a GPU`), so its train tok/s, tok/s vs baseline, decode sent/s, TFLOP/s, MFU and "
+            "wall s measure a shared GPU, not the run; compare speeds only between rows without †."
+        )
     busy = [row["run"] for row in rows if row["core share"] is not None and row["core share"] < BUSY]
     if busy:
         notes.append(
@@ -255,8 +263,8 @@ def _notes(exp: ExperimentResults, split: str | None, comparison: Comparison, te
 
 def _drop_empty(frame: pd.DataFrame, comparison: Comparison, test: str) -> pd.DataFrame:
     """The table without the columns no row has a value in, and those of comparisons not made."""
-    for optional in ("note", "GPU ids", "cores", "core share", "GFLOP/tgt tok", "train PFLOP", "TFLOP/s", "MFU",
-                     "budget", "steps", "stopped", "best step", "seeds for 80%", "decided at"):  # fmt: skip
+    for optional in ("note", "GPU ids", "runs a GPU", "cores", "core share", "GFLOP/tgt tok", "train PFLOP", "TFLOP/s",
+                     "MFU", "budget", "steps", "stopped", "best step", "seeds for 80%", "decided at"):  # fmt: skip
         # a re-run after a spec change, GPUs handed out, results from before FLOPs were counted: else no column
         if frame[optional].isna().all():
             frame = frame.drop(columns=optional)
@@ -270,6 +278,13 @@ def _drop_empty(frame: pd.DataFrame, comparison: Comparison, test: str) -> pd.Da
 
 
 BUSY = 0.9  # a run whose cores gave it less than this share of their time did not have them to itself
+
+
+def shared_gpu(row: dict[str, Any]) -> bool:
+    """A row some of whose seeds shared their GPU with other runs (--runs-per-gpu): its speed is not its own."""
+    return (row.get("runs a GPU") or 1) > 1
+
+
 SPEED = ("train tok/s", "tok/s vs baseline", "decode sent/s", "TFLOP/s", "MFU", "wall s")  # what a busy machine skews
 
 

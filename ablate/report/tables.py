@@ -12,7 +12,7 @@ from typing import Any
 
 import pandas as pd
 
-from ablate.report.frame import BUSY, SPEED
+from ablate.report.frame import BUSY, SPEED, shared_gpu
 
 TEXT_COLUMNS = {"run", "differs", "device", "precision", "status", "note", "GPU ids", "cores", "CI over", "budget",
                 "stopped", "rates", "diverged at", "between", "trained alone as", "machine",
@@ -27,7 +27,8 @@ def cell(column: str, value: Any, row: dict[str, Any]) -> str:
     """A value as a reader sees it: BLEU with its spread, signed differences, ratios, thousands."""
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return "-"
-    busy = column in SPEED and row.get("core share") is not None and row["core share"] < BUSY
+    busy_cores = row.get("core share") is not None and row["core share"] < BUSY
+    busy = column in SPEED and (busy_cores or shared_gpu(row))
     return cell_of(column, value, row) + ("†" if busy else "")
 
 

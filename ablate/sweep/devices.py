@@ -1,8 +1,9 @@
 """Where jobs train: the one place that decides a job's device, its GPUs, or its CPU cores and threads.
 
-`ablate run --device auto|cpu|cuda --gpus-per-run K --threads-per-run T` becomes `Resources`: the GPUs
-this sweep may hand out and how many each run takes, or on the CPU the cores it may pin runs to and how
-many threads (one core each) a run takes. A launcher asks `place` to record on a job what it was given.
+`ablate run --device auto|cpu|cuda --gpus-per-run K --runs-per-gpu R --threads-per-run T` becomes
+`Resources`: the GPUs this sweep may hand out, how many each run takes and how many runs may share one, or
+on the CPU the cores it may pin runs to and how many threads (one core each) a run takes. A launcher asks
+`place` to record on a job what it was given.
 Torch is imported only to count GPUs.
 
 On the CPU, runs side by side on disjoint cores train more runs an hour than one run at a time on every
@@ -32,20 +33,24 @@ class Resources:
     gpus: list[int] = field(default_factory=list)
     gpus_per_run: int = 1
     device: str = "cuda"
+    runs_per_gpu: int = 1  # jobs that may share one GPU (with gpus_per_run 1): small models leave a GPU idle
     cpus: list[int] = field(default_factory=list)  # CPU cores to pin runs to (no GPUs); none: unpinned, one at a time
     threads_per_run: int | None = None  # a CPU run's threads and cores; None: every core
     why: str = ""  # how threads_per_run was chosen, for the plan's first line
 
     @property
     def parallel(self) -> int:
-        """Jobs that train at once: one per K GPUs, or on the CPU one per `threads_per_run` cores."""
+        """Jobs that train at once: one per K GPUs (R a GPU with --runs-per-gpu R), or on the CPU one per
+        `threads_per_run` cores."""
         if self.gpus:
-            return max(1, len(self.gpus) // self.gpus_per_run)
+            return max(1, len(self.gpus) // self.gpus_per_run) * self.runs_per_gpu
         return max(1, len(self.cpus) // self.threads_per_run) if self.cpus and self.threads_per_run else 1
 
     def describe(self) -> str:
         if self.gpus:
-            return f"{len(self.gpus)} GPU(s) {self.gpus}, {self.gpus_per_run} a run, {self.parallel} run(s) at once"
+            shared = f", {self.runs_per_gpu} runs a GPU" if self.runs_per_gpu > 1 else ""
+            at_once = f"{self.parallel} run(s) at once"
+            return f"{len(self.gpus)} GPU(s) {self.gpus}, {self.gpus_per_run} a run{shared}, {at_once}"
         if not self.cpus:
             return "CPU, one run at a time"
         threads = self.threads_per_run or len(self.cpus)
@@ -82,8 +87,9 @@ def default_threads(jobs: int, cores: int) -> int:
 
 
 def resources(device: str, gpus_per_run: int, visible: list[int] | None = None, threads_per_run: int | None = None,
-              jobs: int = 1, cores: list[int] | None = None) -> Resources:  # fmt: skip
-    """`device` auto (every visible GPU, else the CPU), cpu or cuda, checked against the GPUs there are.
+              jobs: int = 1, cores: list[int] | None = None, runs_per_gpu: int = 1) -> Resources:  # fmt: skip
+    """`device` auto (every visible GPU, else the CPU), cpu or cuda, checked against the GPUs there are;
+    `runs_per_gpu` jobs may share each GPU (one GPU a job).
 
     `visible`: the GPUs to hand out; by default those torch sees. On the CPU, `cores` (default: this
     process's) are handed out `threads_per_run` at a time; by default OMP_NUM_THREADS when it is set, else
@@ -100,8 +106,15 @@ def resources(device: str, gpus_per_run: int, visible: list[int] | None = None, 
         raise UserError(f"--gpus-per-run {gpus_per_run}: only {len(gpus)} GPU(s) visible")
     if not gpus and gpus_per_run > 1:
         raise UserError(f"--gpus-per-run {gpus_per_run}: no GPU visible; on the CPU use --threads-per-run")
+    if runs_per_gpu < 1:
+        raise UserError(f"--runs-per-gpu: expected a positive number, got {runs_per_gpu}")
+    if runs_per_gpu > 1 and gpus_per_run > 1:
+        raise UserError(f"--runs-per-gpu {runs_per_gpu}: only with one GPU a run (a data-parallel run of "
+                        f"--gpus-per-run {gpus_per_run} takes its GPUs whole)")  # fmt: skip
+    if runs_per_gpu > 1 and not gpus:
+        raise UserError(f"--runs-per-gpu {runs_per_gpu}: no GPU visible; on the CPU use --threads-per-run")
     if gpus:
-        return Resources(list(gpus), gpus_per_run)
+        return Resources(list(gpus), gpus_per_run, runs_per_gpu=runs_per_gpu)
     cores = usable_cores() if cores is None else list(cores)
     if threads_per_run is not None and not 1 <= threads_per_run <= len(cores):
         raise UserError(f"--threads-per-run: expected 1 to {len(cores)} (the cores this process may use), "
@@ -142,12 +155,13 @@ def emulated_bf16(jobs: list[Job], resources: Resources) -> str | None:
 
 
 def place(job: Job, gpus: int, gpu_ids: list[int] | None = None, device: str = "cuda",
-          cpu_ids: list[int] | None = None) -> None:  # fmt: skip
-    """Records where a job trains: on `gpus` GPUs (`gpu_ids` among the visible ones, when known), or the CPU,
-    pinned to `cpu_ids` with one thread a core when given."""
+          cpu_ids: list[int] | None = None, runs_per_gpu: int = 1) -> None:  # fmt: skip
+    """Records where a job trains: on `gpus` GPUs (`gpu_ids` among the visible ones, when known), shared with up
+    to `runs_per_gpu` - 1 other jobs, or the CPU, pinned to `cpu_ids` with one thread a core when given."""
     job.device = device if gpus else "cpu"
     job.gpus = gpus
     job.gpu_ids = list(gpu_ids or [])
+    job.runs_per_gpu = runs_per_gpu if gpus else 1
     job.cpu_ids = list(cpu_ids or [])
     if cpu_ids:
         job.threads = len(cpu_ids)

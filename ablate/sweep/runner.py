@@ -67,6 +67,7 @@ class Options:
     wait: bool = True
     margin: float | None = None  # --margin: over the experiment's, for design.json (ablate.sweep.design)
     max_seeds: int | None = None  # --until-decided's --max-seeds (ablate.sweep.sequential)
+    runs_per_gpu: int = 1  # jobs that may share one GPU, locally (ablate.sweep.devices)
 
 
 Summary = tuple[list[RunResult], Any, list[str]]  # result records in plan order, the table, its notes
@@ -197,7 +198,7 @@ def make_launcher(experiment: Experiment, options: Options, jobs: int = 1) -> La
         return TorchrunLauncher(device)
     if options.launcher == "local":
         return LocalLauncher(resources(device, options.gpus_per_run or 1, threads_per_run=options.threads_per_run,
-                                       jobs=jobs))  # fmt: skip
+                                       jobs=jobs, runs_per_gpu=options.runs_per_gpu))  # fmt: skip
     from ablate.sweep.experiment import SlurmSpec, slurm_settings
     from ablate.sweep.launchers.slurm import SlurmLauncher
 

@@ -99,6 +99,8 @@ def execute(job: Job, stop: Stop | None = None) -> int:
     }  # fmt: skip
     if job.gpu_ids:  # what the launcher gave it, and what the process was shown
         result |= {"gpu_ids": job.gpu_ids, "visible_gpus": os.environ.get("CUDA_VISIBLE_DEVICES")}
+    if job.runs_per_gpu > 1:
+        result["runs_per_gpu"] = job.runs_per_gpu
     if job.note:
         result["note"] = job.note
     if "SLURM_JOB_ID" in os.environ:  # which Slurm job trained it, and how often it was requeued first

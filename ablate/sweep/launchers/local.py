@@ -1,7 +1,8 @@
 """The local launcher: each job in a worker process of its own, pinned to its GPUs or to its CPU cores.
 
 On N GPUs up to N / K jobs train at once, each with its own K GPUs (CUDA_VISIBLE_DEVICES; torchrun
-and DDP when K > 1). On C CPU cores up to C / T jobs train at once, each pinned to its own T cores
+and DDP when K > 1), or with --runs-per-gpu R up to R jobs a GPU, each new one on the GPU with the
+fewest. On C CPU cores up to C / T jobs train at once, each pinned to its own T cores
 (sched_setaffinity) with T threads. A job that ends, however it ends, hands its GPUs or cores to the
 next. A job does not start while the machine's available memory is below what a run is expected to
 need (the largest peak seen in this sweep), unless nothing else is running. Ctrl-C reaches the sweep,
@@ -73,7 +74,7 @@ class Pool:
 
     def __init__(self, resources: Resources):
         self.resources = resources
-        self.free = list(resources.gpus or resources.cpus)
+        self.free = sorted(resources.gpus * resources.runs_per_gpu) if resources.gpus else list(resources.cpus)
 
     def need(self, job: Job) -> int:
         """GPUs or cores the job takes: K GPUs; on the CPU its pinned threads (a reference's) or the sweep's."""
@@ -91,6 +92,10 @@ class Pool:
             return [] if running == 0 else None
         if len(self.free) < need:
             return None
+        if self.resources.gpus and self.resources.runs_per_gpu > 1:  # one GPU a job: the one with most room
+            gpu = max(sorted(set(self.free)), key=self.free.count)
+            self.free.remove(gpu)
+            return [gpu]
         taken, self.free = self.free[:need], self.free[need:]
         return taken
 
@@ -148,7 +153,7 @@ class LocalLauncher:
                         break
                     job, held = queue.pop(0), None
                     if res.gpus:
-                        place(job, len(take), take, res.device)
+                        place(job, len(take), take, res.device, runs_per_gpu=res.runs_per_gpu)
                     else:
                         place(job, 0, cpu_ids=take)
                     job.save()
