@@ -1,6 +1,6 @@
 """GPU scheduling of the local launcher, with a fake list of visible GPUs handed to real CPU workers.
 
-No GPU has been lent to this project, so the scheduler is tested with GPUs that are not there: the
+CI has no GPU (and few sessions are lent one), so the scheduler is tested with GPUs that are not there: the
 launcher hands out their indices (CUDA_VISIBLE_DEVICES) and the workers, told to train on the CPU,
 record what they were given and when they ran.
 """
