@@ -8,7 +8,8 @@ With a deadline (a lent GPU machine is held for minutes), a job that cannot fini
 others: every `--interval` seconds this script measures the steps each job trained since the last look, and
 when the steps the jobs have left (the least first) exceed what all of them together train in the time left,
 it stops the queues of the jobs beyond that (Ctrl-C: the job saves its checkpoint, as `ablate run` does), so
-that the rest finish. At the deadline every queue is stopped the same way.
+that the rest finish, and takes a stopped job's lock as soon as its worker lets go of it, so that no other
+queue resumes it. At the deadline every queue is stopped the same way.
 
     python scripts/gpu_queues.py --queues 14 --until EPOCH_SECONDS --results DIR \
         --hold pe/runs/none/seed-2 -- experiments/pe.yaml experiments/scaling.yaml
@@ -17,10 +18,12 @@ that the rest finish. At the deadline every queue is stopped the same way.
 `--hold` takes a job's lock for the script's lifetime, so no queue here trains it (it trains elsewhere).
 Plain output, one line a look; ablate's own output goes to DIR/../queue-<i>.log.
 
-Used once, on an H200 for 9 minutes (results/h200/README.md: the command, what it trained, what it cost). The
-rule was too careful there: with --reserve 90 it stopped 12 of 14 queues, while a finished run needed 8 to 12 s
-after its last step, and the rates it judged by included start-up and the budget points' decoding; the GPU
-then idled for its last 3 minutes. The default reserve is now 30 s.
+Used once, on an H200 for 9 minutes (results/h200/README.md: the command, what it trained, what it cost). It
+stopped 13 of its 14 queues there, for 11 jobs: the rule was too careful (with --reserve 90, while a finished
+run needed 8 to 12 s after its last step, and rates that included start-up and the budget points' decoding),
+and a stopped job was resumed by another queue, which it then stopped in turn (twice), and each stop ended a
+queue; the GPU idled for its last 3 minutes. Since then the reserve is 30 s by default and a stopped job's
+lock is held.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -146,13 +150,13 @@ def main() -> int:
         held_locks.append(lock)
     held = {args.results / name for name in args.hold}
 
-    logs = args.results.parent
+    logs = [(args.results.parent / f"queue-{i}.log").open("w") for i in range(args.queues)]
     command = [sys.executable, "-m", "ablate.cli", "run", *args.files, "--results", str(args.results)]
     queues: list[subprocess.Popen] = []
-    for i in range(args.queues):
-        log = (logs / f"queue-{i}.log").open("w")
+    for log in logs:
         queues.append(subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True))
         time.sleep(2)  # each queue takes its lock before the next plans
+    ours = {q.pid for q in queues}
     start, jobs, stopped = time.time(), {}, set()
     print(f"{len(queues)} queues: {' '.join(command)}", flush=True)
 
@@ -178,10 +182,14 @@ def main() -> int:
             continue
         for job in beyond_time(current, args.until - now - args.reserve):
             queue = parent(job.worker)
-            if queue is not None and queue not in stopped:
+            if queue in ours and queue not in stopped:
                 print(f"  stopping {job.directory}: it cannot finish before the deadline", flush=True)
                 interrupt(queue)
                 stopped.add(queue)
+                held.add(job.directory)
+                lock = rundir.RunLock(job.directory)  # taken when the worker lets go: no queue resumes the job
+                threading.Thread(target=lock.acquire, args=(True,), daemon=True).start()
+                held_locks.append(lock)
 
     for q in queues:
         if q.poll() is None:
@@ -194,6 +202,8 @@ def main() -> int:
             os.killpg(q.pid, signal.SIGKILL)
     for lock in held_locks:
         lock.release()
+    for log in logs:
+        log.close()
     return 0
 
 

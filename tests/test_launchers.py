@@ -12,7 +12,7 @@ import pytest
 from rich.console import Console
 
 from ablate.errors import UserError
-from ablate.sweep.devices import Resources, place, resources
+from ablate.sweep.devices import Resources, place, resources, visible_devices
 from ablate.sweep.experiment import load_experiment
 from ablate.sweep.launchers.local import LocalLauncher, Pool
 from ablate.sweep.plan import plan
@@ -137,12 +137,25 @@ def test_resources_are_checked_against_the_gpus_there_are():
         resources("auto", 3, visible=[0, 1])
     with pytest.raises(UserError, match="no GPU is visible"):
         resources("cuda", 1, visible=[])
-    shared = resources("auto", 1, visible=[0, 1], runs_per_gpu=3)
-    assert shared.parallel == 6 and shared.describe() == "2 GPU(s) [0, 1], 1 a run, 3 runs a GPU, 6 run(s) at once"
+    shared = resources("auto", 1, visible=[0, 1], runs_per_gpu=3, cores=list(range(16)))
+    assert shared.parallel == 6 and shared.threads_per_run == 2  # 16 cores shared out: torch would take all 16 each
+    assert shared.describe() == "2 GPU(s) [0, 1], 1 a run, 3 runs a GPU (2 CPU thread(s) each), 6 run(s) at once"
+    assert resources("auto", 1, visible=[0], runs_per_gpu=4, cores=[0, 1]).threads_per_run == 1
     with pytest.raises(UserError, match="--runs-per-gpu 2: only with one GPU a run"):
         resources("auto", 2, visible=[0, 1], runs_per_gpu=2)
-    with pytest.raises(UserError, match="--runs-per-gpu 2: no GPU visible"):
+    with pytest.raises(UserError, match=r"--runs-per-gpu 2: the sweep trains on the CPU \(--device cpu\)"):
         resources("cpu", 1, visible=[0, 1], runs_per_gpu=2)
+    with pytest.raises(UserError, match="--runs-per-gpu 2: no GPU visible"):
+        resources("auto", 1, visible=[], runs_per_gpu=2)
+    with pytest.raises(ValueError, match="gpus_per_run 1"):
+        Resources([0, 1], 2, runs_per_gpu=2)
+
+
+def test_a_worker_sees_the_physical_gpu_under_the_sweeps_own_cuda_visible_devices():
+    """Under CUDA_VISIBLE_DEVICES=2,3 torch's index 1 is physical GPU 3: the worker's mask must say 3, not 1."""
+    assert visible_devices([1], "2,3") == "3" and visible_devices([0, 1], "2, 3") == "2,3"
+    assert visible_devices([1], "GPU-aa,GPU-bb") == "GPU-bb"  # UUIDs too
+    assert visible_devices([0, 2], None) == "0,2" and visible_devices([1], "") == "1"
 
 
 def test_with_runs_per_gpu_each_job_goes_to_the_gpu_with_the_most_room():
@@ -180,3 +193,5 @@ def test_place_records_where_a_job_trains(tmp_path):
     assert (job.device, job.gpus, job.gpu_ids) == ("cuda", 2, [4, 7])
     place(job, 0)
     assert (job.device, job.gpus, job.gpu_ids) == ("cpu", 0, [])
+    place(job, 1, [3], runs_per_gpu=4, threads=2)
+    assert (job.gpu_ids, job.runs_per_gpu, job.threads) == ([3], 4, 2)

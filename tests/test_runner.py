@@ -344,7 +344,7 @@ def test_bad_flags_get_one_line(tmp_path):
         (["--only", "basline"], "--only: experiments/smoke.yaml has no run 'basline'; did you mean 'baseline'?"),
         (["--gpus-per-run", "2"], "--gpus-per-run 2: no GPU visible"),
         (["--device", "cuda"], "--device cuda: no GPU is visible"),
-        (["--runs-per-gpu", "2"], "--runs-per-gpu 2: no GPU visible; on the CPU use --threads-per-run"),
+        (["--runs-per-gpu", "2", "--device", "cpu"], "--runs-per-gpu 2: the sweep trains on the CPU (--device cpu)"),
         (["--runs-per-gpu", "2", "--launcher", "slurm"], "--runs-per-gpu 2: with --launcher local only"),
         (["--runs-per-gpu", "0"], "ablate run: argument --runs-per-gpu: expected a positive"),
     ]:

@@ -247,9 +247,9 @@ def _notes(exp: ExperimentResults, split: str | None, comparison: Comparison, te
     shared = [row["run"] for row in rows if shared_gpu(row)]
     if shared:
         notes.append(
-            f"† {', '.join(shared)}: trained with other runs on its GPU (ablate run --runs-per-gpu, the most over "
-            "its seeds in `runs a GPU`), so its train tok/s, tok/s vs baseline, decode sent/s, TFLOP/s, MFU and "
-            "wall s measure a shared GPU, not the run; compare speeds only between rows without †."
+            f"† {', '.join(shared)}: its GPU could hold other runs of the sweep at the same time (ablate run "
+            "--runs-per-gpu R, R in `runs a GPU`), so its train tok/s, tok/s vs baseline, decode sent/s, TFLOP/s, "
+            "MFU and wall s may measure a shared GPU, not the run; compare speeds only between rows without †."
         )
     busy = [row["run"] for row in rows if row["core share"] is not None and row["core share"] < BUSY]
     if busy:
@@ -281,7 +281,8 @@ BUSY = 0.9  # a run whose cores gave it less than this share of their time did n
 
 
 def shared_gpu(row: dict[str, Any]) -> bool:
-    """A row some of whose seeds shared their GPU with other runs (--runs-per-gpu): its speed is not its own."""
+    """A row some of whose seeds' GPU could hold other runs at once (--runs-per-gpu): its speed may not be its own.
+    R is what the sweep allowed, not what happened (the last process of a resumed run says)."""
     return (row.get("runs a GPU") or 1) > 1
 
 

@@ -38,6 +38,10 @@ class Resources:
     threads_per_run: int | None = None  # a CPU run's threads and cores; None: every core
     why: str = ""  # how threads_per_run was chosen, for the plan's first line
 
+    def __post_init__(self) -> None:
+        if self.runs_per_gpu > 1 and self.gpus_per_run > 1:
+            raise ValueError("runs_per_gpu > 1 needs gpus_per_run 1: a data-parallel run takes its GPUs whole")
+
     @property
     def parallel(self) -> int:
         """Jobs that train at once: one per K GPUs (R a GPU with --runs-per-gpu R), or on the CPU one per
@@ -49,6 +53,8 @@ class Resources:
     def describe(self) -> str:
         if self.gpus:
             shared = f", {self.runs_per_gpu} runs a GPU" if self.runs_per_gpu > 1 else ""
+            if self.runs_per_gpu > 1 and self.threads_per_run:
+                shared += f" ({self.threads_per_run} CPU thread(s) each)"
             at_once = f"{self.parallel} run(s) at once"
             return f"{len(self.gpus)} GPU(s) {self.gpus}, {self.gpus_per_run} a run{shared}, {at_once}"
         if not self.cpus:
@@ -66,9 +72,18 @@ def cuda_available() -> bool:
 
 
 def visible_gpus() -> list[int]:
+    """The GPUs torch sees, by its index (0, 1, ...: under CUDA_VISIBLE_DEVICES=2,3 these are 0 and 1)."""
     import torch
 
     return list(range(torch.cuda.device_count()))
+
+
+def visible_devices(gpu_ids: list[int], outer: str | None) -> str:
+    """CUDA_VISIBLE_DEVICES for a worker given `gpu_ids` (torch's indices in the sweep's process): the entries
+    of the sweep's own CUDA_VISIBLE_DEVICES (`outer`) at those indices, else the indices themselves. Under
+    `CUDA_VISIBLE_DEVICES=2,3 ablate run ...` a job given index 1 must see physical GPU 3, not GPU 1."""
+    entries = [e.strip() for e in outer.split(",")] if outer else []
+    return ",".join(entries[i] if i < len(entries) else str(i) for i in gpu_ids)
 
 
 def device_kind(device: str) -> str:
@@ -112,9 +127,14 @@ def resources(device: str, gpus_per_run: int, visible: list[int] | None = None, 
         raise UserError(f"--runs-per-gpu {runs_per_gpu}: only with one GPU a run (a data-parallel run of "
                         f"--gpus-per-run {gpus_per_run} takes its GPUs whole)")  # fmt: skip
     if runs_per_gpu > 1 and not gpus:
-        raise UserError(f"--runs-per-gpu {runs_per_gpu}: no GPU visible; on the CPU use --threads-per-run")
+        why = "the sweep trains on the CPU (--device cpu)" if device == "cpu" else "no GPU visible"
+        raise UserError(f"--runs-per-gpu {runs_per_gpu}: {why}; on the CPU use --threads-per-run")
+    if gpus and runs_per_gpu > 1:  # the CPU's cores shared out too: torch would give each of R·G runs every core
+        parallel = len(gpus) * runs_per_gpu
+        threads = max(1, len(usable_cores() if cores is None else cores) // parallel)
+        return Resources(list(gpus), gpus_per_run, runs_per_gpu=runs_per_gpu, threads_per_run=threads)
     if gpus:
-        return Resources(list(gpus), gpus_per_run, runs_per_gpu=runs_per_gpu)
+        return Resources(list(gpus), gpus_per_run)
     cores = usable_cores() if cores is None else list(cores)
     if threads_per_run is not None and not 1 <= threads_per_run <= len(cores):
         raise UserError(f"--threads-per-run: expected 1 to {len(cores)} (the cores this process may use), "
@@ -155,9 +175,10 @@ def emulated_bf16(jobs: list[Job], resources: Resources) -> str | None:
 
 
 def place(job: Job, gpus: int, gpu_ids: list[int] | None = None, device: str = "cuda",
-          cpu_ids: list[int] | None = None, runs_per_gpu: int = 1) -> None:  # fmt: skip
-    """Records where a job trains: on `gpus` GPUs (`gpu_ids` among the visible ones, when known), shared with up
-    to `runs_per_gpu` - 1 other jobs, or the CPU, pinned to `cpu_ids` with one thread a core when given."""
+          cpu_ids: list[int] | None = None, runs_per_gpu: int = 1, threads: int | None = None) -> None:  # fmt: skip
+    """Records where a job trains: on `gpus` GPUs (`gpu_ids` among the visible ones, when known), which up to
+    `runs_per_gpu` - 1 other jobs may share, with `threads` CPU threads when given; or the CPU, pinned to
+    `cpu_ids` with one thread a core when given."""
     job.device = device if gpus else "cpu"
     job.gpus = gpus
     job.gpu_ids = list(gpu_ids or [])
@@ -165,3 +186,5 @@ def place(job: Job, gpus: int, gpu_ids: list[int] | None = None, device: str = "
     job.cpu_ids = list(cpu_ids or [])
     if cpu_ids:
         job.threads = len(cpu_ids)
+    elif gpus and threads:
+        job.threads = threads

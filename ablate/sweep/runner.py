@@ -195,6 +195,9 @@ def make_launcher(experiment: Experiment, options: Options, jobs: int = 1) -> La
     if distributed.launched():
         from ablate.sweep.launchers.torchrun import TorchrunLauncher
 
+        if options.runs_per_gpu > 1:
+            raise UserError(f"--runs-per-gpu {options.runs_per_gpu}: not under torchrun, where every rank trains "
+                            "the same run")  # fmt: skip
         return TorchrunLauncher(device)
     if options.launcher == "local":
         return LocalLauncher(resources(device, options.gpus_per_run or 1, threads_per_run=options.threads_per_run,

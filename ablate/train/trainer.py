@@ -134,7 +134,8 @@ class TrainingSpec(Section):
         builds a kernel for each matmul shape and a worker keeps 32 of them, and none in fp32, where the padding
         costs more than the shapes (MKL's kernels; benchmarks/README.md). Never the device: the buckets decide
         which pairs train together and how many a step, so the run a config hash names must have the same ones on
-        a CPU and a GPU (until 2026-11-26 auto was none on a GPU: 13% more target tokens in 8,000 steps)."""
+        a CPU and a GPU (until 2026-11-26 auto was none on a GPU: 13% more target tokens in 8,000 steps). With
+        `precision: auto` the precision itself, and so the buckets, still follow the device: pin it for that."""
         if self.shape_buckets == "auto":
             return 8 if precision == "bf16" else None
         return self.shape_buckets

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from ablate.errors import UserError
 from ablate.rundir import LOG, Exit, checkpoint_step
-from ablate.sweep.devices import Resources, place
+from ablate.sweep.devices import Resources, place, visible_devices
 from ablate.sweep.launchers import Interrupted, Outcomes, outcome
 from ablate.sweep.progress import SweepView
 from ablate.train.job import Job
@@ -42,7 +42,7 @@ def start_worker(job: Job, visible_gpus: Sequence[int] | None = None) -> subproc
     pinned to `job.cpu_ids` from before Python starts, so OpenMP's threads are made on those cores."""
     env = dict(os.environ)
     if visible_gpus is not None:
-        env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, visible_gpus))
+        env["CUDA_VISIBLE_DEVICES"] = visible_devices(list(visible_gpus), os.environ.get("CUDA_VISIBLE_DEVICES"))
     if job.threads is not None:
         env["OMP_NUM_THREADS"] = str(job.threads)
     cores = set(job.cpu_ids)
@@ -153,7 +153,14 @@ class LocalLauncher:
                         break
                     job, held = queue.pop(0), None
                     if res.gpus:
-                        place(job, len(take), take, res.device, runs_per_gpu=res.runs_per_gpu)
+                        place(
+                            job,
+                            len(take),
+                            take,
+                            res.device,
+                            runs_per_gpu=res.runs_per_gpu,
+                            threads=res.threads_per_run if res.runs_per_gpu > 1 else None,
+                        )
                     else:
                         place(job, 0, cpu_ids=take)
                     job.save()
