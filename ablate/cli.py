@@ -75,7 +75,7 @@ def build_parser() -> Parser:
     run.add_argument("--runs-per-gpu", type=_positive, default=1, metavar="R",
                      help="R runs share each GPU, one GPU a run: for models too small to keep a GPU busy (start "
                      "NVIDIA's MPS, nvidia-cuda-mps-control -d, so that their kernels overlap); their speed "
-                     "columns then measure a shared GPU (default 1; docs/running.md)")  # fmt: skip
+                     "columns may then measure a shared GPU (default 1; docs/running.md)")  # fmt: skip
     run.add_argument("--threads-per-run", type=_positive, default=None, metavar="K",
                      help="on the CPU: K threads a run, each run pinned to K cores of its own, as many runs at "
                      "once as the cores allow (default: OMP_NUM_THREADS when it is set; else as many runs at once "

@@ -152,7 +152,7 @@ class RunResult(Evaluation):
     runs_per_gpu: int | None = Field(
         None,
         description="jobs the sweep let share the run's GPU (--runs-per-gpu), "
-        "when more than one: its speed figures then measure a shared GPU",
+        "when more than one: its speed figures may then measure a shared GPU",
     )
     slurm_job: str | None = None
     slurm_restarts: int | None = None

@@ -32,7 +32,7 @@ class Job:
     device: str = "cpu"  # where it trains: cpu or cuda (set by ablate.sweep.devices.place)
     gpus: int = 0  # GPUs of the run: one process a GPU, data-parallel when more than one
     gpu_ids: list[int] = field(default_factory=list)  # the visible GPUs the launcher gave it (CUDA_VISIBLE_DEVICES)
-    runs_per_gpu: int = 1  # jobs the sweep let share its GPU (--runs-per-gpu): above 1 its speed is a shared GPU's
+    runs_per_gpu: int = 1  # jobs the sweep let share its GPU (--runs-per-gpu): above 1 its speed may be a shared GPU's
     tensorboard: str | None = None  # a TensorBoard log directory for this run
     threads: int | None = None  # CPU threads (torch.set_num_threads); None: torch's default, every core
     cpu_ids: list[int] = field(default_factory=list)  # the CPU cores the launcher pinned it to (sched_setaffinity)
