@@ -388,6 +388,15 @@ class RunLock:
             os.close(self.fd)
             self.fd = None
 
+    def held_elsewhere(self) -> bool:
+        """Whether another process holds the lock now (this one takes it for a moment to see)."""
+        if self.fd is not None:
+            return False
+        if not self.acquire(wait=False):
+            return True
+        self.release()
+        return False
+
     def holder(self) -> str:
         with contextlib.suppress(OSError):
             return self.path.read_text().strip()

@@ -12,6 +12,7 @@ import pytest
 from rich.console import Console
 
 from ablate.errors import UserError
+from ablate.rundir import JOB, RunLock
 from ablate.sweep.devices import Resources, place, resources, visible_devices
 from ablate.sweep.experiment import load_experiment
 from ablate.sweep.launchers.local import LocalLauncher, Pool
@@ -31,9 +32,11 @@ def _one_thread_a_worker(monkeypatch):
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
 
 
-def launch(tmp_path, write, name: str, variants: str, res: Resources, model: str = "{}", memory=lambda: None):
+def launch(tmp_path, write, name: str, variants: str, res: Resources, model: str = "{}", memory=lambda: None,
+           held: str | None = None):  # fmt: skip
     """Plans, prepares and launches a small experiment on `res` with the local launcher; returns its records, in
-    plan order, the table and what the progress view printed. tests/test_cores.py launches on cores with it."""
+    plan order, the table and what the progress view printed. tests/test_cores.py launches on cores with it.
+    `held`: a job (run/seed-n) whose lock this process holds during the launch, as another sweep would."""
     path = write(f"{name}.yaml", f"""
 name: {name}
 extends: {SMOKE}
@@ -53,10 +56,15 @@ variants:
     jobs = [p.job for p in planned]
     log = tmp_path / "view.log"
     view = SweepView(Console(file=open(log, "w"), width=200), jobs)  # noqa: SIM115
+    lock = RunLock(next(j.directory for j in jobs if j.label == held)) if held else None
+    if lock is not None:
+        assert lock.acquire(wait=False)
     try:
         outcomes = LocalLauncher(res, memory).launch(jobs, view)
     finally:
         view.close()
+        if lock is not None:
+            lock.release()
     records = [r.dump() for r in collect(planned, outcomes)]  # as each result.json reads
     _, frame, _ = write_results(experiment, tmp_path / "results", planned, outcomes)
     return records, frame, log.read_text()
@@ -120,6 +128,18 @@ def test_two_gpus_a_run_under_torchrun_and_a_failed_job_frees_its_gpus(tmp_path,
     check_schedule(records, [0, 1, 2, 3], 2)
     assert all(r.get("processes", 2) == 2 for r in records)  # torchrun: one process a GPU
     assert frame.set_index("run").loc["baseline", "GPU ids"] in ("0,1", "2,3")
+
+
+def test_a_job_another_sweep_took_after_planning_is_left_to_it(tmp_path, write):
+    """Two sweeps on one results folder plan the same jobs; when a job's turn comes and another process holds its
+    lock, this sweep starts no worker for it (which would wait up to a minute for the lock) and leaves its
+    job.json as the other wrote it; the rest train."""
+    job_json = tmp_path / "results" / "held" / "runs" / "baseline" / "seed-1" / JOB
+    records, _, log = launch(tmp_path, write, "held", "  ff48: {model.d_ff: 48}", Resources([0], 1, device="cpu"),
+                             held="baseline/seed-1")  # fmt: skip
+    assert [(r["run"], r["status"]) for r in records] == [("baseline", "busy"), ("ff48", "completed")]
+    assert "baseline/seed-1: busy: another process is training this run" in log
+    assert not (job_json.parent / "worker.log").exists() and '"gpu_ids": []' in job_json.read_text()
 
 
 def test_a_failed_job_hands_its_gpu_to_the_next(tmp_path, write):

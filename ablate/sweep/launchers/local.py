@@ -5,8 +5,9 @@ and DDP when K > 1), or with --runs-per-gpu R up to R jobs a GPU, each new one o
 fewest. On C CPU cores up to C / T jobs train at once, each pinned to its own T cores
 (sched_setaffinity) with T threads. A job that ends, however it ends, hands its GPUs or cores to the
 next. A job does not start while the machine's available memory is below what a run is expected to
-need (the largest peak seen in this sweep), unless nothing else is running. Ctrl-C reaches the sweep,
-which asks each worker to checkpoint and stop.
+need (the largest peak seen in this sweep), unless nothing else is running. A job whose lock another
+process holds when its turn comes (two sweeps on one results folder) is left to it, reported busy, with no
+worker started. Ctrl-C reaches the sweep, which asks each worker to checkpoint and stop.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from ablate.errors import UserError
-from ablate.rundir import LOG, Exit, checkpoint_step
+from ablate.rundir import LOG, Exit, RunLock, checkpoint_step
 from ablate.sweep.devices import Resources, place, visible_devices
 from ablate.sweep.launchers import Interrupted, Outcomes, outcome
 from ablate.sweep.progress import SweepView
@@ -152,6 +153,11 @@ class LocalLauncher:
                     if take is None:
                         break
                     job, held = queue.pop(0), None
+                    if RunLock(job.directory).held_elsewhere():  # taken by another sweep since this one planned
+                        pool.give_back(take)
+                        results[job.label] = outcome(job, Exit.BUSY)
+                        view.finished(job, results[job.label])
+                        continue
                     if res.gpus:
                         place(
                             job,
