@@ -104,6 +104,18 @@ class Pool:
         self.free = sorted(self.free + taken)
 
 
+REFRESH_S = 0.5  # the progress view's refresh; a worker's end is seen within POLL_S of it
+POLL_S = 0.02
+
+
+def wait_for_any(active: Sequence[subprocess.Popen], timeout: float) -> None:
+    """Returns when one of `active` has exited, or after `timeout` seconds. A plain sleep of `timeout` would leave
+    the next job waiting up to that long for a core that is free (the test suite trains hundreds of short jobs)."""
+    deadline = time.monotonic() + timeout
+    while not any(p.poll() is not None for p in active) and time.monotonic() < deadline:
+        time.sleep(POLL_S)
+
+
 def available_memory_mib() -> float | None:
     """MemAvailable (Linux): what can be allocated without swapping; None where there is no /proc/meminfo."""
     with contextlib.suppress(OSError, ValueError, StopIteration):
@@ -172,7 +184,7 @@ class LocalLauncher:
                     job.save()
                     view.started(job, checkpoint_step(job.directory, job.config_hash) or 0)
                     active[start_worker(job, take if res.gpus else None)] = (job, take)
-                time.sleep(0.5)
+                wait_for_any(active, REFRESH_S)
                 view.refresh()
                 for proc in [p for p in active if p.poll() is not None]:
                     job, take = active.pop(proc)
