@@ -5,6 +5,9 @@ launcher hands out their indices (CUDA_VISIBLE_DEVICES) and the workers, told to
 record what they were given and when they ran.
 """
 
+import subprocess
+import sys
+import time
 from datetime import datetime
 from itertools import combinations
 
@@ -15,7 +18,7 @@ from ablate.errors import UserError
 from ablate.rundir import JOB, RunLock
 from ablate.sweep.devices import Resources, place, resources, visible_devices
 from ablate.sweep.experiment import load_experiment
-from ablate.sweep.launchers.local import LocalLauncher, Pool
+from ablate.sweep.launchers.local import LocalLauncher, Pool, wait_for_any
 from ablate.sweep.plan import plan
 from ablate.sweep.progress import SweepView
 from ablate.sweep.runner import collect, prepare, prepare_data, write_results
@@ -215,3 +218,20 @@ def test_place_records_where_a_job_trains(tmp_path):
     assert (job.device, job.gpus, job.gpu_ids) == ("cpu", 0, [])
     place(job, 1, [3], runs_per_gpu=4, threads=2)
     assert (job.gpu_ids, job.runs_per_gpu, job.threads) == ([3], 4, 2)
+
+
+def test_the_sweep_sees_a_worker_end_when_it_ends_not_at_the_next_refresh():
+    """wait_for_any returns as soon as one process has exited, long before its timeout; with none exiting it waits
+    the whole timeout. (Generous bounds: this checks the behaviour, not a speed.)"""
+    quick = subprocess.Popen([sys.executable, "-c", "pass"])
+    slow = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        start = time.monotonic()
+        wait_for_any([slow, quick], timeout=60)
+        assert time.monotonic() - start < 30 and quick.poll() == 0 and slow.poll() is None
+        start = time.monotonic()
+        wait_for_any([slow], timeout=0.3)
+        assert time.monotonic() - start >= 0.3 and slow.poll() is None
+    finally:
+        slow.kill()
+        slow.wait()
