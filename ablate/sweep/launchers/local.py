@@ -19,7 +19,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from pathlib import Path
 
 from ablate.errors import UserError
@@ -108,7 +108,7 @@ REFRESH_S = 0.5  # the progress view's refresh; a worker's end is seen within PO
 POLL_S = 0.02
 
 
-def wait_for_any(active: Sequence[subprocess.Popen], timeout: float) -> None:
+def wait_for_any(active: Collection[subprocess.Popen], timeout: float) -> None:
     """Returns when one of `active` has exited, or after `timeout` seconds. A plain sleep of `timeout` would leave
     the next job waiting up to that long for a core that is free (the test suite trains hundreds of short jobs)."""
     deadline = time.monotonic() + timeout
