@@ -142,6 +142,11 @@ class RunResult(Evaluation):
     torch: str | None = None
     python: str | None = None
     host: str | None = None
+    worker: str | None = Field(
+        None,
+        description="how the worker process began: forked from the fork server (imports done; on the CPU its peak "
+        "memory leaves out library pages only the server touched), or fresh",
+    )
     started_at: str | None = None
     ended_at: str | None = None
     device: str | None = None

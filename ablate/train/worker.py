@@ -1,4 +1,5 @@
-"""One job in one process, started as `python -m ablate.worker RUN_DIR` (ablate/worker.py) by a launcher.
+"""One job in one process, started as `python -m ablate.worker RUN_DIR` (ablate/worker.py) by a launcher, or
+forked from a process that has imported torch already (ablate.train.forkserver).
 
 A worker shares no memory with the sweep, so an exception, an out-of-memory error or a kill ends that
 job alone, and its peak memory is its own. It holds the run's lock, asks ablate.train.pipeline to train,
@@ -55,23 +56,25 @@ class Stop:
         return self.requested or os.getppid() != self.parent  # orphaned: the sweep was killed
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, stop: Stop | None = None, forked: bool = False) -> int:
+    """`python -m ablate.worker RUN_DIR`; a forked worker (ablate.train.forkserver) brings the Stop it made first."""
+    stop = stop or Stop()  # first: a scheduler's warning may come while torch is still being imported
     argv = sys.argv[1:] if argv is None else argv
     if len(argv) != 1:
         print("usage: python -m ablate.worker RUN_DIR", file=sys.stderr)
         return Exit.USER_ERROR
-    stop = Stop()  # first: a scheduler's warning may come while torch is still being imported
     bound_primitive_caches()
     from ablate.train import distributed  # torch
 
     try:
-        return execute(Job.load(Path(argv[0])), stop)
+        return execute(Job.load(Path(argv[0])), stop, forked)
     finally:
         distributed.teardown()
 
 
-def execute(job: Job, stop: Stop | None = None) -> int:
-    """Trains, evaluates and records one job; returns its exit code. Every rank calls it."""
+def execute(job: Job, stop: Stop | None = None, forked: bool = False) -> int:
+    """Trains, evaluates and records one job; returns its exit code. Every rank calls it. `forked`: this process was
+    forked from the fork server rather than started fresh (the record says which)."""
     import torch
 
     from ablate.train import distributed
@@ -95,7 +98,7 @@ def execute(job: Job, stop: Stop | None = None) -> int:
     wall = time.perf_counter()
     result: dict[str, Any] = job.record() | {
         "status": Status.RUNNING, "torch": torch.__version__, "python": platform.python_version(),
-        "host": platform.node(), "started_at": _now(),
+        "host": platform.node(), "worker": "forked" if forked else "fresh", "started_at": _now(),
     }  # fmt: skip
     if job.gpu_ids:  # what the launcher gave it, and what the process was shown
         result |= {"gpu_ids": job.gpu_ids, "visible_gpus": os.environ.get("CUDA_VISIBLE_DEVICES")}

@@ -1,4 +1,5 @@
-"""The local launcher: each job in a worker process of its own, pinned to its GPUs or to its CPU cores.
+"""The local launcher: each job in a worker process of its own, pinned to its GPUs or to its CPU cores, forked
+from a process that has imported torch already (ablate.train.forkserver) so that it starts at once.
 
 On N GPUs up to N / K jobs train at once, each with its own K GPUs (CUDA_VISIBLE_DEVICES; torchrun
 and DDP when K > 1), or with --runs-per-gpu R up to R jobs a GPU, each new one on the GPU with the
@@ -13,7 +14,6 @@ worker started. Ctrl-C reaches the sweep, which asks each worker to checkpoint a
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import os
 import signal
 import subprocess
@@ -27,6 +27,7 @@ from ablate.rundir import LOG, Exit, RunLock, checkpoint_step
 from ablate.sweep.devices import Resources, place, visible_devices
 from ablate.sweep.launchers import Interrupted, Outcomes, outcome
 from ablate.sweep.progress import SweepView
+from ablate.train.forkserver import Forked, ForkServer, NotForked, available, die_with_parent
 from ablate.train.job import Job
 
 
@@ -38,33 +39,42 @@ def worker_command(job: Job) -> list[str]:
     return [sys.executable, "-m", "ablate.worker", str(job.directory)]
 
 
-def start_worker(job: Job, visible_gpus: Sequence[int] | None = None) -> subprocess.Popen:
-    """Starts a job in its own process group (Ctrl-C reaches the sweep, which forwards it), logging to worker.log;
-    pinned to `job.cpu_ids` from before Python starts, so OpenMP's threads are made on those cores."""
+def worker_env(job: Job, visible_gpus: Sequence[int] | None = None) -> dict[str, str]:
+    """The worker's environment: the sweep's, with the job's GPUs (CUDA_VISIBLE_DEVICES) and threads."""
     env = dict(os.environ)
     if visible_gpus is not None:
         env["CUDA_VISIBLE_DEVICES"] = visible_devices(list(visible_gpus), os.environ.get("CUDA_VISIBLE_DEVICES"))
     if job.threads is not None:
         env["OMP_NUM_THREADS"] = str(job.threads)
-    cores = set(job.cpu_ids)
+    return env
 
-    def setup() -> None:  # in the child, before it runs Python
-        _die_with_parent()
-        if cores:
-            os.sched_setaffinity(0, cores)
 
+def start_worker(
+    job: Job, visible_gpus: Sequence[int] | None = None, server: ForkServer | None = None
+) -> subprocess.Popen | Forked:
+    """Starts a job in its own process group (Ctrl-C reaches the sweep, which forwards it), logging to worker.log,
+    pinned to `job.cpu_ids` before its first line of Python, so OpenMP's threads are made on those cores. Forked
+    from `server` (torch imported already) where there is one and the job is one process; else a fresh process."""
+    env, cores = worker_env(job, visible_gpus), set(job.cpu_ids)
+    forked = server is not None and job.gpus <= 1
     with open(job.directory / LOG, "a", encoding="utf-8") as log:
+        how = "forked: python -m ablate.worker " + str(job.directory) if forked else " ".join(worker_command(job))
         pinned = f" (cores {','.join(map(str, sorted(cores)))}, {job.threads} thread(s))" if cores else ""
-        log.write(f"--- {time.strftime('%Y-%m-%d %H:%M:%S')} {' '.join(worker_command(job))}{pinned}\n")
+        log.write(f"--- {time.strftime('%Y-%m-%d %H:%M:%S')} {how}{pinned}\n")
         log.flush()
-        return subprocess.Popen(worker_command(job), stdout=log, stderr=subprocess.STDOUT, env=env,
-                                start_new_session=True, preexec_fn=setup)  # fmt: skip
+        if forked:
+            with contextlib.suppress(NotForked):  # no server, or it ended: a fresh worker instead
+                return server.start(job, env, cores)
+            log.write("the fork server could not start this worker: starting it fresh\n")
+            log.flush()
 
+        def setup() -> None:  # in the child, before it runs Python
+            die_with_parent()
+            if cores:
+                os.sched_setaffinity(0, cores)
 
-def _die_with_parent() -> None:
-    """Linux: the worker gets SIGKILL when the sweep dies, even by SIGKILL, so no orphan keeps training."""
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # 1 = PR_SET_PDEATHSIG
+        return subprocess.Popen(worker_command(job), stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                env=env, start_new_session=True, preexec_fn=setup)  # fmt: skip
 
 
 MIN_RUN_MIB = 256.0  # what a worker needs at the least (Python with torch), whatever /proc says of one just started
@@ -108,7 +118,10 @@ REFRESH_S = 0.5  # the progress view's refresh; a worker's end is seen within PO
 POLL_S = 0.02
 
 
-def wait_for_any(active: Collection[subprocess.Popen], timeout: float) -> None:
+Worker = subprocess.Popen | Forked  # started fresh, or forked from the fork server
+
+
+def wait_for_any(active: Collection[Worker], timeout: float) -> None:
     """Returns when one of `active` has exited, or after `timeout` seconds. A plain sleep of `timeout` would leave
     the next job waiting up to that long for a core that is free (the test suite trains hundreds of short jobs)."""
     deadline = time.monotonic() + timeout
@@ -145,7 +158,8 @@ class LocalLauncher:
     def launch(self, jobs: list[Job], view: SweepView) -> Outcomes:
         res = self.resources
         queue, pool = list(jobs), Pool(res)
-        active: dict[subprocess.Popen, tuple[Job, list[int]]] = {}
+        active: dict[Worker, tuple[Job, list[int]]] = {}
+        server = ForkServer() if available() else None
         results: Outcomes = {}
         peak_mib = 0.0  # the largest peak memory of a run of this sweep so far: what the next is expected to need
         held: str | None = None  # why the next job waits for memory, said once
@@ -183,7 +197,7 @@ class LocalLauncher:
                         place(job, 0, cpu_ids=take)
                     job.save()
                     view.started(job, checkpoint_step(job.directory, job.config_hash) or 0)
-                    active[start_worker(job, take if res.gpus else None)] = (job, take)
+                    active[start_worker(job, take if res.gpus else None, server)] = (job, take)
                 wait_for_any(active, REFRESH_S)
                 view.refresh()
                 for proc in [p for p in active if p.poll() is not None]:
@@ -201,12 +215,15 @@ class LocalLauncher:
             for proc, (job, _) in active.items():  # one that was decoding finishes its result first
                 results[job.label] = outcome(job, proc.returncode)
             raise Interrupted() from None
+        finally:
+            if server is not None:
+                server.close()
         if user_error is not None:
             raise UserError(user_error)
         return results
 
 
-def _stop(active: dict[subprocess.Popen, tuple[Job, list[int]]], view: SweepView) -> None:
+def _stop(active: dict[Worker, tuple[Job, list[int]]], view: SweepView) -> None:
     """Asks every worker to checkpoint and stop; a second Ctrl-C kills them."""
     view.say(f"stopping: {len(active)} run(s) save a checkpoint first (Ctrl-C again to kill them)")
     for proc in active:

@@ -1,0 +1,301 @@
+"""Workers forked from a warm process: torch imported once a sweep, not once a job.
+
+A worker started as `python -m ablate.worker RUN_DIR` spends its first seconds importing torch, and, when it
+makes its optimizer, torch._dynamo: 4 s of a free core on an AVX2 EPYC, twice that on a shared one. The test
+suite trains hundreds of jobs of a few seconds each. So the local launcher starts this server once a sweep
+(`python -m ablate.train.forkserver`). It imports what a worker imports, never touches CUDA or runs a
+kernel, and forks one child a job, which goes straight to training.
+
+A child is set up as the launcher would start a fresh worker, before it runs a line of the worker:
+- in a session of its own (the sweep forwards Ctrl-C, SIGTERM and Slurm's warning to it);
+- SIGKILLed if the server dies (and the server if the sweep dies, however it dies);
+- pinned to the job's cores, with torch's threads as a fresh process takes them;
+- with the sweep's environment of that moment (the job's CUDA_VISIBLE_DEVICES and OMP_NUM_THREADS
+  included) and its working directory;
+- stdin from /dev/null, stdout and stderr appended to the run's worker.log;
+- showing a fresh worker's command line to ps and `pgrep -f`.
+The server tells the sweep a child's pid once it is set up, and its exit code when it ends (a signal's as
+subprocess gives it: -9 for SIGKILL); the sweep holds a Popen-like `Forked` for each. Multi-GPU jobs
+(torchrun) and Slurm's tasks start fresh workers, and so does every job with `ABLATE_FORKSERVER=0`, where the
+server cannot start (not Linux) and once it has died.
+
+The protocol is JSON lines. The sweep writes {"job", "log", "cwd", "env", "cores"}; the server answers
+{"started": pid} or {"error": why}, and later {"exited": pid, "code": code}.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import json
+import os
+import select
+import signal
+import subprocess
+import sys
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any, NoReturn
+
+from ablate.rundir import LOG
+from ablate.train.job import Job
+
+ENABLED = "ABLATE_FORKSERVER"  # 0: every worker starts fresh
+
+
+def available() -> bool:
+    """Whether workers may be forked here: Linux (prctl, sched_setaffinity), and not turned off."""
+    return sys.platform == "linux" and os.environ.get(ENABLED, "1") != "0"
+
+
+ROOM = 4096  # bytes of command line the server is started with, for its workers to show theirs in (ps, pgrep -f)
+
+
+def show_command_line(argv: list[str]) -> None:
+    """What ps and `pgrep -f` show for this process (/proc/self/cmdline): `argv`, within the bytes its own command
+    line took (arg_start to arg_end in /proc/self/stat), the rest zeroed. A forked worker shows the command line
+    a fresh worker has, `python -m ablate.worker RUN_DIR`."""
+    fields = Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()
+    start, end = int(fields[45]), int(fields[46])  # arg_start and arg_end, fields 48 and 49 of proc(5)
+    line = "\0".join(argv).encode()[: end - start - 1]
+    ctypes.memmove(start, line.ljust(end - start, b"\0"), end - start)
+
+
+def die_with_parent() -> None:
+    """Linux: this process gets SIGKILL when its parent dies, even by SIGKILL, so no orphan keeps training."""
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # 1 = PR_SET_PDEATHSIG
+
+
+# ---- the sweep's side ------------------------------------------------------------------------------------------
+
+
+class NotForked(Exception):  # noqa: N818 (not an error of the run: the launcher starts it fresh instead)
+    """The server could not start a worker: it could not start, has ended, or the child died in its set-up."""
+
+
+class Forked:
+    """A forked worker as the launcher sees it: Popen's pid, poll(), wait() and returncode."""
+
+    def __init__(self, server: ForkServer, pid: int):
+        self.server, self.pid = server, pid
+        self.returncode: int | None = None
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            self.server.hear(block=False)
+        return self.returncode
+
+    def wait(self) -> int:
+        while self.returncode is None:
+            self.server.hear(block=True)
+        return self.returncode
+
+
+class ForkServer:
+    """The launcher's handle on the server: started on first use, ended by `close` (or by the sweep's end)."""
+
+    def __init__(self) -> None:
+        self.process: subprocess.Popen | None = None
+        self.children: dict[int, Forked] = {}
+        self.answers: list[dict[str, Any]] = []  # to requests, in their order, not yet taken
+        self.pending = b""
+        self.ended = False  # once it has, the sweep's workers start fresh: a server that died is not restarted
+
+    def ensure_running(self) -> None:
+        """Starts the server, with this process's environment, cores and working directory, unless it runs (its
+        imports take seconds: a request made meanwhile waits for them). Raises NotForked once it has ended."""
+        if self.ended:
+            raise NotForked("the fork server has ended")
+        if self.process is None:
+            command = [sys.executable, "-m", "ablate.train.forkserver", " " * ROOM]  # room for workers' lines
+            self.process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                            start_new_session=True, preexec_fn=die_with_parent)  # fmt: skip
+
+    def start(self, job: Job, env: dict[str, str], cores: Iterable[int]) -> Forked:
+        """Forks a worker for `job`; returns once it is set up (a signal sent to it now is its own to handle).
+
+        Raises NotForked where the server cannot start, has ended, or the child died in its set-up.
+        """
+        self.ensure_running()
+        request = {"job": str(job.directory), "log": str(job.directory / LOG), "cwd": os.getcwd(), "env": env,
+                   "cores": sorted(cores)}  # fmt: skip
+        with contextlib.suppress(OSError):  # a server that has ended: said by hear() below
+            assert self.process.stdin is not None
+            self.process.stdin.write(json.dumps(request).encode() + b"\n")
+            self.process.stdin.flush()
+        while not self.answers:
+            if self.process is None:
+                raise NotForked("the fork server ended")
+            self.hear(block=True)
+        answer = self.answers.pop(0)
+        if "error" in answer:
+            raise NotForked(answer["error"])
+        self.children[answer["started"]] = Forked(self, answer["started"])
+        return self.children[answer["started"]]
+
+    def hear(self, block: bool) -> None:
+        """Takes in what the server has said, children started and ended: all of it, or (`block`) at least one
+        message. Where the server has ended, so have its children (die_with_parent): SIGKILLed."""
+        heard = False
+        while self.process is not None:
+            assert self.process.stdout is not None
+            fd = self.process.stdout.fileno()
+            ready, _, _ = select.select([fd], [], [], None if block and not heard else 0)
+            if not ready:
+                return
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                self._ended()
+                return
+            *lines, self.pending = (self.pending + chunk).split(b"\n")
+            for line in lines:
+                message = json.loads(line)
+                if "exited" in message:
+                    if (child := self.children.pop(message["exited"], None)) is not None:
+                        child.returncode = message["code"]
+                else:
+                    self.answers.append(message)
+                heard = True
+
+    def _ended(self) -> None:
+        assert self.process is not None
+        self.process.wait()
+        for child in self.children.values():
+            child.returncode = -signal.SIGKILL
+        self.children.clear()
+        self.process, self.pending, self.ended = None, b"", True
+
+    def close(self) -> None:
+        """Ends the server: once its children have ended, it has nothing left to do; any left die with it."""
+        if self.process is not None:
+            with contextlib.suppress(OSError):
+                assert self.process.stdin is not None
+                self.process.stdin.close()
+            self.process.wait()
+            self.process, self.ended = None, True
+
+
+# ---- the server's side -----------------------------------------------------------------------------------------
+
+
+def serve() -> int:
+    """Imports what a worker imports, then forks a worker a request until the sweep closes stdin."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # a terminal's Ctrl-C: the sweep stops its workers itself
+    show_command_line([sys.executable, "-m", "ablate.train.forkserver"])
+    from ablate.train.worker import bound_primitive_caches
+
+    bound_primitive_caches()
+    # What a worker imports, all but a few small modules: torch, and torch._dynamo, which torch.optim's optimizers
+    # import when the first is made (half of a worker's imports, sympy among them); the data, the parts, the model,
+    # the trainer and the pipeline.
+    import torch._dynamo  # noqa: F401
+
+    import ablate.train.pipeline
+    import ablate.train.spec  # noqa: F401
+
+    wake_r, wake_w = os.pipe()  # SIGCHLD wakes the select below
+    os.set_blocking(wake_r, False)
+    os.set_blocking(wake_w, False)
+    signal.set_wakeup_fd(wake_w)
+    signal.signal(signal.SIGCHLD, lambda *_: None)
+    pending = b""
+    while True:
+        with contextlib.suppress(InterruptedError):
+            ready, _, _ = select.select([0, wake_r], [], [])
+        if wake_r in ready:
+            with contextlib.suppress(BlockingIOError):
+                os.read(wake_r, 4096)
+            _reap()
+        if 0 not in ready:
+            continue
+        chunk = os.read(0, 65536)
+        if not chunk:
+            return 0  # the sweep is done (or dead: then the children die with this process)
+        pending += chunk
+        *lines, pending = pending.split(b"\n")
+        for line in lines:
+            _fork(json.loads(line), wake_r, wake_w)
+
+
+def _say(message: dict[str, Any]) -> None:
+    data = json.dumps(message).encode() + b"\n"
+    while data:
+        data = data[os.write(1, data) :]
+
+
+def _reap() -> None:
+    while True:
+        try:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+        _say({"exited": pid, "code": os.waitstatus_to_exitcode(status)})
+
+
+def _fork(request: dict[str, Any], *wake: int) -> None:
+    """Forks the worker of `request`; answers with its pid once it is set up, or with why it could not start."""
+    ready_r, ready_w = os.pipe()
+    try:
+        pid = os.fork()
+    except OSError as error:
+        os.close(ready_r)
+        os.close(ready_w)
+        _say({"error": f"fork failed: {error}"})
+        return
+    if pid == 0:
+        os.close(ready_r)
+        _become_worker(request, ready_w, wake)
+    os.close(ready_w)
+    answer = os.read(ready_r, 1)  # b"" if it died in its set-up
+    os.close(ready_r)
+    _say({"started": pid} if answer else {"error": "the forked worker died in its set-up"})
+
+
+def _become_worker(request: dict[str, Any], ready_w: int, wake: Iterable[int]) -> NoReturn:
+    """In the child: becomes the worker `python -m ablate.worker` would be, trains, and exits with its code."""
+    from ablate.train import worker
+
+    os.setsid()
+    show_command_line([sys.executable, "-m", "ablate.worker", request["job"]])
+    signal.set_wakeup_fd(-1)
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    stop = worker.Stop()  # SIGINT, SIGTERM and SIGUSR2 from here on ask it to checkpoint and stop
+    die_with_parent()
+    for fd in wake:
+        os.close(fd)
+    os.environ.clear()
+    os.environ.update(request["env"])
+    os.chdir(request["cwd"])
+    if request["cores"]:
+        os.sched_setaffinity(0, request["cores"])
+    log = os.open(request["log"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    os.dup2(log, 1)  # the server's end of the pipe to the sweep is closed here, in the child
+    os.dup2(log, 2)
+    os.close(log)
+    os.close(null)
+    _threads_as_fresh()
+    os.write(ready_w, b"1")
+    os.close(ready_w)
+    sys.exit(worker.main([request["job"]], stop, forked=True))  # to the interpreter's exit, as a fresh worker's
+
+
+def _threads_as_fresh() -> None:
+    """torch's threads as a fresh process would take them: OMP_NUM_THREADS, else every core it may run on. OpenMP
+    read both when the server loaded it, before the job's pinning and environment; a job that pins its threads
+    sets them again when it starts (Placement.enter)."""
+    import torch
+
+    threads = len(os.sched_getaffinity(0))
+    with contextlib.suppress(ValueError):
+        threads = int(os.environ.get("OMP_NUM_THREADS", "").split(",")[0])
+    torch.set_num_threads(max(1, threads))
+
+
+if __name__ == "__main__":
+    die_with_parent()
+    sys.exit(serve())

@@ -1,0 +1,159 @@
+"""The fork server: a worker forked from it starts as `python -m ablate.worker` would, computes what a fresh worker
+computes, and its end is seen however it ends, the server's own death included.
+
+The checks read the forked worker from outside, through /proc and its run directory, as the launcher does: its
+session, cores, environment, working directory, parent and log; its threads and results against a fresh worker's.
+"""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from ablate.rundir import LOG, Exit, checkpoint_step, read_result
+from ablate.sweep.devices import place
+from ablate.sweep.experiment import load_experiment
+from ablate.sweep.launchers.local import start_worker, worker_env
+from ablate.sweep.plan import plan
+from ablate.sweep.runner import prepare, prepare_data
+from ablate.train.forkserver import Forked, ForkServer, NotForked
+from tests.conftest import ALL_CORES, ROOT, cli
+
+SMOKE = ROOT / "experiments" / "smoke.yaml"
+PROBE = ROOT / "tests" / "fixtures" / "process_probe.py"
+
+pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="the fork server is Linux's")
+
+
+def job_of(tmp_path: Path, write, steps: int, cores: list[int] | None):
+    """The smoke experiment's baseline with the probe plugin, planned and prepared as the sweep does, to train
+    `steps` steps pinned to `cores` (None: unpinned, torch's default threads)."""
+    path = write("fork.yaml", f"""
+name: fork
+extends: {SMOKE}
+plugins: [{PROBE}]
+data: {{max_pairs: 200}}
+training: {{max_steps: {steps}, validate_every: null, checkpoint_every: {steps}}}
+evaluation: {{beam_size: 1, max_extra_len: 5}}
+""")  # fmt: skip
+    planned = [p for p in plan(load_experiment(path), tmp_path / "results") if p.job.label.startswith("baseline/")]
+    prepare_data([planned[0].job])
+    prepare(planned[0])
+    job = planned[0].job
+    place(job, 0, cpu_ids=cores)
+    job.save()
+    return job
+
+
+def proc(pid: int, name: str) -> str:
+    return Path(f"/proc/{pid}/{name}").read_text()
+
+
+def probed(job, server: ForkServer | None, probe: Path, monkeypatch) -> dict:
+    """The probe's record of the worker the launcher starts for `job` (forked from `server`; fresh without one),
+    trained to its end. The sweep sets two variables first, after the server started."""
+    monkeypatch.setenv("ABLATE_PROBE", str(probe))
+    monkeypatch.setenv("ABLATE_ADDED", "after the server")
+    worker = start_worker(job, None, server)
+    assert isinstance(worker, Forked) == (server is not None)
+    assert worker.wait() == Exit.COMPLETED, (job.directory / LOG).read_text()
+    (record,) = [json.loads(line) for line in probe.read_text().splitlines()]
+    record["environment"].pop("ABLATE_PROBE")
+    return record
+
+
+def test_a_forked_worker_starts_as_a_fresh_one_would(tmp_path, write, monkeypatch):
+    """Session, cores, working directory, environment, torch's threads, standard streams, signal handlers and the
+    signal its parent's death sends: the same in a forked worker as in a fresh one, pinned or not. The server
+    loads OpenMP with OMP_NUM_THREADS=1 and its own variable in its environment; the jobs have neither."""
+    before = os.sched_getaffinity(0)
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    monkeypatch.setenv("ABLATE_SERVER_ONLY", "1")
+    os.sched_setaffinity(0, ALL_CORES)  # an unpinned job takes every core the sweep has: all of them
+    server = ForkServer()
+    try:
+        server.ensure_running()
+        monkeypatch.delenv("OMP_NUM_THREADS")
+        monkeypatch.delenv("ABLATE_SERVER_ONLY")
+        cwd = tmp_path / "elsewhere"
+        cwd.mkdir()
+        monkeypatch.chdir(cwd)
+        for cores in (None, [ALL_CORES[-1]]):
+            job = job_of(tmp_path / f"cores-{cores and cores[0]}", write, steps=2, cores=cores)
+            fresh = probed(job, None, tmp_path / f"fresh-{cores}.jsonl", monkeypatch)
+            (job.directory / "result.json").unlink()  # trained again
+            forked = probed(job, server, tmp_path / f"forked-{cores}.jsonl", monkeypatch)
+            assert forked == fresh
+            assert fresh["own session"] and fresh["cwd"] == str(cwd)
+            assert fresh["streams"] == [os.devnull, str(job.directory / LOG), str(job.directory / LOG)]
+            assert fresh["environment"]["ABLATE_ADDED"] and "ABLATE_SERVER_ONLY" not in fresh["environment"]
+            assert fresh["cores"] == (cores or ALL_CORES) and fresh["torch threads"] == len(cores or ALL_CORES)
+            assert fresh["parent death signal"] == signal.SIGKILL
+            assert fresh["command line"] == [sys.executable, "-m", "ablate.worker", str(job.directory)]
+    finally:
+        server.close()
+        os.sched_setaffinity(0, before)
+
+
+def test_a_forked_worker_stops_on_ctrl_c_and_dies_by_a_kill_or_with_the_server_and_the_next_starts_fresh(
+    tmp_path, write
+):
+    """The sweep's Ctrl-C (SIGINT to the worker's process group) stops a forked worker after its current step, with a
+    checkpoint there, as it stops a fresh one. A SIGKILL, of the worker or of the server, is seen as one; a worker
+    does not outlive its server; and once the server is gone the launcher starts workers fresh."""
+    job = job_of(tmp_path, write, steps=100_000, cores=[ALL_CORES[-1]])
+    server = ForkServer()
+    try:
+        child = server.start(job, worker_env(job), job.cpu_ids)
+        assert child.poll() is None and os.getsid(child.pid) == child.pid
+        assert int(proc(child.pid, "status").split("PPid:\t")[1].split()[0]) == server.process.pid
+        deadline = time.monotonic() + 120
+        while "step" not in (job.directory / LOG).read_text() and time.monotonic() < deadline:
+            time.sleep(0.2)  # training has begun
+        os.killpg(child.pid, signal.SIGINT)
+        assert child.wait() == Exit.INTERRUPTED
+        assert 0 < checkpoint_step(job.directory, job.config_hash) < 100_000 and read_result(job.directory) is None
+
+        child = server.start(job, worker_env(job), job.cpu_ids)
+        os.kill(child.pid, signal.SIGKILL)
+        assert child.wait() == -signal.SIGKILL
+        child = server.start(job, worker_env(job), job.cpu_ids)
+        server.process.kill()
+        assert child.wait() == -signal.SIGKILL
+        deadline = time.monotonic() + 10
+        while Path(f"/proc/{child.pid}").exists() and "zombie" not in proc(child.pid, "status"):
+            assert time.monotonic() < deadline, "the server's worker outlived it"
+            time.sleep(0.1)
+        with pytest.raises(NotForked):
+            server.start(job, worker_env(job), job.cpu_ids)
+        fresh = start_worker(job, None, server)
+        assert isinstance(fresh, subprocess.Popen)
+        fresh.kill()
+        fresh.wait()
+        assert "starting it fresh" in (job.directory / LOG).read_text()
+    finally:
+        server.close()
+
+
+def test_forked_and_fresh_workers_train_the_same_numbers(tmp_path):
+    """The same job, trained by `ablate run` with forked workers (the default) and with fresh ones
+    (ABLATE_FORKSERVER=0): every logged loss, the validation losses and the test scores the same, to the last bit."""
+    measured = {}
+    for mode, worker in (("1", "forked"), ("0", "fresh")):
+        out = tmp_path / worker
+        done = cli("run", "experiments/smoke.yaml", "--only", "baseline", "--set", "training.max_steps=10", "--set",
+                   "training.validate_every=10", "--set", "data.max_pairs=300", "--results", str(out),
+                   env={"ABLATE_FORKSERVER": mode})  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        runs = sorted(out.glob("smoke/runs/*/seed-1"))
+        records = [json.loads((run / "result.json").read_text()) for run in runs]
+        assert len(records) == 1 and all(r["status"] == "completed" and r["worker"] == worker for r in records)
+        curves = [[json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()] for run in runs]
+        losses = [[r.get("loss", r.get("valid_loss")) for r in curve] for curve in curves]
+        measured[worker] = [(r["init_valid_loss"], r["valid_loss"], r["scores"]) for r in records] + losses
+    assert measured["forked"] == measured["fresh"]
