@@ -17,7 +17,7 @@ from rich.table import Table
 from ablate.errors import UserError
 from ablate.report.tables import FORMATS, SUFFIXES
 from ablate.sweep.launchers import LAUNCHERS
-from ablate.train.worker import bound_primitive_caches
+from ablate.train.worker import bound_primitive_caches, exit_at_once
 
 
 class Parser(argparse.ArgumentParser):
@@ -410,5 +410,10 @@ def cmd_schema(args: argparse.Namespace) -> int:
     return 0
 
 
+def entry() -> NoReturn:
+    """The `ablate` script and `python -m ablate.cli`: main's exit code, without tearing down what it imported."""
+    exit_at_once(main())
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    entry()

@@ -1,8 +1,6 @@
 """`python -m ablate.worker RUN_DIR`: the entry point a launcher starts; ablate.train.worker trains the job."""
 
-import sys
-
-from ablate.train.worker import main
+from ablate.train.worker import exit_at_once, main
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_at_once(main())
