@@ -111,7 +111,7 @@ def test_a_forked_worker_stops_on_ctrl_c_and_dies_by_a_kill_or_with_the_server_a
     try:
         child = server.start(job, worker_env(job), job.cpu_ids)
         assert child.poll() is None and os.getsid(child.pid) == child.pid
-        assert int(proc(child.pid, "status").split("PPid:\t")[1].split()[0]) == server.process.pid
+        assert int(proc(child.pid, "status").split("PPid:\t")[1].split()[0]) == server.pid
         deadline = time.monotonic() + 120
         while "step" not in (job.directory / LOG).read_text() and time.monotonic() < deadline:
             time.sleep(0.2)  # training has begun
@@ -123,7 +123,7 @@ def test_a_forked_worker_stops_on_ctrl_c_and_dies_by_a_kill_or_with_the_server_a
         os.kill(child.pid, signal.SIGKILL)
         assert child.wait() == -signal.SIGKILL
         child = server.start(job, worker_env(job), job.cpu_ids)
-        server.process.kill()
+        os.kill(server.pid, signal.SIGKILL)
         assert child.wait() == -signal.SIGKILL
         deadline = time.monotonic() + 10
         while Path(f"/proc/{child.pid}").exists() and "zombie" not in proc(child.pid, "status"):

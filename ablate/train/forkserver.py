@@ -33,7 +33,7 @@ import select
 import signal
 import subprocess
 import sys
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -93,24 +93,31 @@ class Forked:
 
 
 class ForkServer:
-    """The launcher's handle on the server: started on first use, ended by `close` (or by the sweep's end)."""
+    """The launcher's handle on the server: started on first use, ended by `close` or by this process's end."""
 
     def __init__(self) -> None:
-        self.process: subprocess.Popen | None = None
+        self.pid: int | None = None  # the server's, while it runs
+        self.requests = self.replies = -1  # the pipes to it and from it
+        self.reap: Callable[[], object] = lambda: None  # waits for the server's end
         self.children: dict[int, Forked] = {}
         self.answers: list[dict[str, Any]] = []  # to requests, in their order, not yet taken
         self.pending = b""
         self.ended = False  # once it has, the sweep's workers start fresh: a server that died is not restarted
 
     def ensure_running(self) -> None:
-        """Starts the server, with this process's environment, cores and working directory, unless it runs (its
-        imports take seconds: a request made meanwhile waits for them). Raises NotForked once it has ended."""
+        """Starts the server, `python -m ablate.train.forkserver`, unless it runs (its imports take seconds: a
+        request made meanwhile waits for them). Raises NotForked once it has ended."""
         if self.ended:
             raise NotForked("the fork server has ended")
-        if self.process is None:
+        if self.pid is None:
+            requests_r, self.requests = os.pipe()
+            self.replies, replies_w = os.pipe()
             command = [sys.executable, "-m", "ablate.train.forkserver", " " * ROOM]  # room for workers' lines
-            self.process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                            start_new_session=True, preexec_fn=die_with_parent)  # fmt: skip
+            server = subprocess.Popen(command, stdin=requests_r, stdout=replies_w, start_new_session=True,
+                                      preexec_fn=die_with_parent)  # fmt: skip
+            os.close(requests_r)
+            os.close(replies_w)
+            self.pid, self.reap = server.pid, server.wait
 
     def start(self, job: Job, env: dict[str, str], cores: Iterable[int]) -> Forked:
         """Forks a worker for `job`; returns once it is set up (a signal sent to it now is its own to handle).
@@ -121,11 +128,9 @@ class ForkServer:
         request = {"job": str(job.directory), "log": str(job.directory / LOG), "cwd": os.getcwd(), "env": env,
                    "cores": sorted(cores)}  # fmt: skip
         with contextlib.suppress(OSError):  # a server that has ended: said by hear() below
-            assert self.process.stdin is not None
-            self.process.stdin.write(json.dumps(request).encode() + b"\n")
-            self.process.stdin.flush()
+            _write(self.requests, request)
         while not self.answers:
-            if self.process is None:
+            if self.pid is None:
                 raise NotForked("the fork server ended")
             self.hear(block=True)
         answer = self.answers.pop(0)
@@ -138,15 +143,13 @@ class ForkServer:
         """Takes in what the server has said, children started and ended: all of it, or (`block`) at least one
         message. Where the server has ended, so have its children (die_with_parent): SIGKILLed."""
         heard = False
-        while self.process is not None:
-            assert self.process.stdout is not None
-            fd = self.process.stdout.fileno()
-            ready, _, _ = select.select([fd], [], [], None if block and not heard else 0)
+        while self.pid is not None:
+            ready, _, _ = select.select([self.replies], [], [], None if block and not heard else 0)
             if not ready:
                 return
-            chunk = os.read(fd, 65536)
+            chunk = os.read(self.replies, 65536)
             if not chunk:
-                self._ended()
+                self.close()
                 return
             *lines, self.pending = (self.pending + chunk).split(b"\n")
             for line in lines:
@@ -158,29 +161,32 @@ class ForkServer:
                     self.answers.append(message)
                 heard = True
 
-    def _ended(self) -> None:
-        assert self.process is not None
-        self.process.wait()
+    def close(self) -> None:
+        """Ends the server: once its children have ended, it has nothing left to do; any left die with it
+        (SIGKILLed: die_with_parent), and are recorded so."""
+        if self.pid is not None:
+            for fd in (self.requests, self.replies):
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+            self.reap()
+            self.pid = None
         for child in self.children.values():
             child.returncode = -signal.SIGKILL
         self.children.clear()
-        self.process, self.pending, self.ended = None, b"", True
+        self.pending, self.ended = b"", True
 
-    def close(self) -> None:
-        """Ends the server: once its children have ended, it has nothing left to do; any left die with it."""
-        if self.process is not None:
-            with contextlib.suppress(OSError):
-                assert self.process.stdin is not None
-                self.process.stdin.close()
-            self.process.wait()
-            self.process, self.ended = None, True
+
+def _write(fd: int, message: dict[str, Any]) -> None:
+    data = json.dumps(message).encode() + b"\n"
+    while data:
+        data = data[os.write(fd, data) :]
 
 
 # ---- the server's side -----------------------------------------------------------------------------------------
 
 
-def serve() -> NoReturn:
-    """Imports what a worker imports, then forks a worker a request until the sweep closes stdin."""
+def serve(requests: int = 0, replies: int = 1) -> NoReturn:
+    """Imports what a worker imports, then forks a worker a request until the sweep closes `requests`."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # a terminal's Ctrl-C: the sweep stops its workers itself
     show_command_line([sys.executable, "-m", "ablate.train.forkserver"])
     from ablate.train.worker import bound_primitive_caches
@@ -202,29 +208,23 @@ def serve() -> NoReturn:
     pending = b""
     while True:
         with contextlib.suppress(InterruptedError):
-            ready, _, _ = select.select([0, wake_r], [], [])
+            ready, _, _ = select.select([requests, wake_r], [], [])
         if wake_r in ready:
             with contextlib.suppress(BlockingIOError):
                 os.read(wake_r, 4096)
-            _reap()
-        if 0 not in ready:
+            _reap(replies)
+        if requests not in ready:
             continue
-        chunk = os.read(0, 65536)
+        chunk = os.read(requests, 65536)
         if not chunk:  # the sweep is done (or dead: then the children die with this process)
             os._exit(0)  # at once: tearing down what it imported took 2 s, and it has nothing to flush or release
         pending += chunk
         *lines, pending = pending.split(b"\n")
         for line in lines:
-            _fork(json.loads(line), wake_r, wake_w)
+            _fork(json.loads(line), replies, (requests, replies, wake_r, wake_w))
 
 
-def _say(message: dict[str, Any]) -> None:
-    data = json.dumps(message).encode() + b"\n"
-    while data:
-        data = data[os.write(1, data) :]
-
-
-def _reap() -> None:
+def _reap(replies: int) -> None:
     while True:
         try:
             pid, status = os.waitpid(-1, os.WNOHANG)
@@ -232,10 +232,10 @@ def _reap() -> None:
             return
         if pid == 0:
             return
-        _say({"exited": pid, "code": os.waitstatus_to_exitcode(status)})
+        _write(replies, {"exited": pid, "code": os.waitstatus_to_exitcode(status)})
 
 
-def _fork(request: dict[str, Any], *wake: int) -> None:
+def _fork(request: dict[str, Any], replies: int, server_fds: tuple[int, ...]) -> None:
     """Forks the worker of `request`; answers with its pid once it is set up, or with why it could not start."""
     ready_r, ready_w = os.pipe()
     try:
@@ -243,18 +243,18 @@ def _fork(request: dict[str, Any], *wake: int) -> None:
     except OSError as error:
         os.close(ready_r)
         os.close(ready_w)
-        _say({"error": f"fork failed: {error}"})
+        _write(replies, {"error": f"fork failed: {error}"})
         return
     if pid == 0:
         os.close(ready_r)
-        _become_worker(request, ready_w, wake)
+        _become_worker(request, ready_w, server_fds)
     os.close(ready_w)
     answer = os.read(ready_r, 1)  # b"" if it died in its set-up
     os.close(ready_r)
-    _say({"started": pid} if answer else {"error": "the forked worker died in its set-up"})
+    _write(replies, {"started": pid} if answer else {"error": "the forked worker died in its set-up"})
 
 
-def _become_worker(request: dict[str, Any], ready_w: int, wake: Iterable[int]) -> NoReturn:
+def _become_worker(request: dict[str, Any], ready_w: int, server_fds: Iterable[int]) -> NoReturn:
     """In the child: becomes the worker `python -m ablate.worker` would be, trains, and exits with its code."""
     from ablate.train import worker
 
@@ -264,8 +264,9 @@ def _become_worker(request: dict[str, Any], ready_w: int, wake: Iterable[int]) -
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     stop = worker.Stop()  # SIGINT, SIGTERM and SIGUSR2 from here on ask it to checkpoint and stop
     die_with_parent()
-    for fd in wake:
-        os.close(fd)
+    for fd in server_fds:  # its pipes to the sweep and its wake-up pipe (0 and 1 are replaced below)
+        if fd > 2:
+            os.close(fd)
     os.environ.clear()
     os.environ.update(request["env"])
     os.chdir(request["cwd"])
@@ -274,7 +275,7 @@ def _become_worker(request: dict[str, Any], ready_w: int, wake: Iterable[int]) -
     log = os.open(request["log"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     null = os.open(os.devnull, os.O_RDONLY)
     os.dup2(null, 0)
-    os.dup2(log, 1)  # the server's end of the pipe to the sweep is closed here, in the child
+    os.dup2(log, 1)
     os.dup2(log, 2)
     os.close(log)
     os.close(null)
