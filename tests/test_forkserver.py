@@ -157,3 +157,20 @@ def test_forked_and_fresh_workers_train_the_same_numbers(tmp_path):
         losses = [[r.get("loss", r.get("valid_loss")) for r in curve] for curve in curves]
         measured[worker] = [(r["init_valid_loss"], r["valid_loss"], r["scores"]) for r in records] + losses
     assert measured["forked"] == measured["fresh"]
+
+
+def test_exit_at_once_ends_as_a_normal_exit_would_for_what_matters():
+    """exit_at_once skips tearing down the interpreter, not what a normal exit does that a run needs: a thread still
+    writing is waited for, atexit's handlers run, buffered output reaches a pipe, and the exit code is the one
+    given."""
+    code = """if True:
+        import atexit, threading, time
+        from ablate.train.worker import exit_at_once
+        atexit.register(lambda: print("atexit ran"))
+        threading.Thread(target=lambda: (time.sleep(0.5), print("thread done"))).start()
+        print("buffered", end=" ")
+        exit_at_once(3)
+    """
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 3, done.stderr
+    assert done.stdout.split() == ["buffered", "thread", "done", "atexit", "ran"]
