@@ -229,6 +229,17 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    from ablate.train import forkserver
+
+    if args.launcher == "local" and not args.dry_run:
+        forkserver.fork_here()  # where it can: the workers' server, before this process reads or computes anything
+    try:
+        return _run(args)
+    finally:
+        forkserver.close_unused()
+
+
+def _run(args: argparse.Namespace) -> int:
     from ablate.sweep import runner
     from ablate.sweep.experiment import load_experiments
     from ablate.sweep.launchers import Interrupted
@@ -367,9 +378,17 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    from ablate.check.run import check_all
+    from ablate.train import forkserver
 
-    return check_all(args.references, args.update, args.keep, console(), args.threads, args.noise, args.from_results)
+    if args.from_results is None:
+        forkserver.fork_here()  # where it can: the server of the workers that measure, as `ablate run` does
+    try:
+        from ablate.check.run import check_all
+
+        return check_all(args.references, args.update, args.keep, console(), args.threads, args.noise,
+                         args.from_results)  # fmt: skip
+    finally:
+        forkserver.close_unused()
 
 
 def cmd_data(args: argparse.Namespace) -> int:

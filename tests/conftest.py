@@ -2,7 +2,6 @@ import fcntl
 import json
 import os
 import subprocess
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,6 +19,7 @@ import torch
 
 from ablate.model.spec import ModelSpec
 from ablate.model.transformer import build_model
+from tests.fixtures.warm_cli import WarmCli
 
 ALL_CORES = sorted(os.sched_getaffinity(0))
 WORKER, WORKERS = os.environ.get("PYTEST_XDIST_WORKER"), int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
@@ -29,6 +29,7 @@ if WORKER:
         os.sched_setaffinity(0, ALL_CORES[int(WORKER.removeprefix("gw")) :: WORKERS])
 
 ROOT = Path(__file__).resolve().parents[1]
+WARM = WarmCli()  # this process's server of `ablate` commands, started by the first
 
 # Tests read Multi30k from $ABLATE_DATA_DIR; CI sets it to ../shared/corpora, and so does this, when it is there.
 if not os.environ.get("ABLATE_DATA_DIR") and (ROOT.parent / "shared" / "corpora").is_dir():
@@ -70,10 +71,10 @@ def on_cores(cores: list[int] | None):
 def cli(*args: str, cwd: Path = ROOT, env: dict[str, str] | None = None,
         cores: list[int] | None = None) -> subprocess.CompletedProcess:  # fmt: skip
     """Runs `ablate ARGS` as a user types it; `env`: variables set on top of this process's; `cores`: the
-    cores it may use (default: this worker's, see ALL_CORES)."""
-    return subprocess.run([sys.executable, "-m", "ablate.cli", *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=300, env=None if env is None else os.environ | env,
-                          preexec_fn=on_cores(cores))  # fmt: skip
+    cores it may use (default: this worker's, see ALL_CORES). The process is forked from one that has imported
+    ablate already (tests/fixtures/warm_cli.py), set up as a fresh one; ABLATE_WARM_CLI=0 starts it fresh."""
+    return WARM.run(list(args), cwd, os.environ | (env or {}), sorted(os.sched_getaffinity(0)) if cores is None
+                    else cores, timeout=300)  # fmt: skip
 
 
 def trained_experiment(tmp_path_factory, name: str, text: str, *args: str) -> tuple[Path, Path]:

@@ -141,22 +141,85 @@ def test_a_forked_worker_stops_on_ctrl_c_and_dies_by_a_kill_or_with_the_server_a
 
 
 def test_forked_and_fresh_workers_train_the_same_numbers(tmp_path):
-    """The same job, trained by `ablate run` with forked workers (the default) and with fresh ones
-    (ABLATE_FORKSERVER=0): every logged loss, the validation losses and the test scores the same, to the last bit."""
+    """The same job, trained by `ablate run` with workers forked from a server forked from the command itself (the
+    test suite's commands have the room on their command line), from a server started fresh (a command started
+    fresh has not), and with fresh workers (ABLATE_FORKSERVER=0): every logged loss, the validation losses and the
+    test scores the same, to the last bit."""
     measured = {}
-    for mode, worker in (("1", "forked"), ("0", "fresh")):
-        out = tmp_path / worker
+    modes = {"forked from the server forked from the sweep:": ({}, "forked"),
+             "forked from the fork server:": ({"ABLATE_WARM_CLI": "0"}, "forked"),
+             f"{sys.executable} -m ablate.worker": ({"ABLATE_FORKSERVER": "0"}, "fresh")}  # fmt: skip
+    for started, (env, worker) in modes.items():
+        out = tmp_path / str(len(measured))
         done = cli("run", "experiments/smoke.yaml", "--only", "baseline", "--set", "training.max_steps=10", "--set",
                    "training.validate_every=10", "--set", "data.max_pairs=300", "--results", str(out),
-                   env={"ABLATE_FORKSERVER": mode})  # fmt: skip
+                   env=env)  # fmt: skip
         assert done.returncode == 0, done.stderr
-        runs = sorted(out.glob("smoke/runs/*/seed-1"))
-        records = [json.loads((run / "result.json").read_text()) for run in runs]
-        assert len(records) == 1 and all(r["status"] == "completed" and r["worker"] == worker for r in records)
-        curves = [[json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()] for run in runs]
-        losses = [[r.get("loss", r.get("valid_loss")) for r in curve] for curve in curves]
-        measured[worker] = [(r["init_valid_loss"], r["valid_loss"], r["scores"]) for r in records] + losses
-    assert measured["forked"] == measured["fresh"]
+        (run,) = out.glob("smoke/runs/*/seed-1")
+        record = json.loads((run / "result.json").read_text())
+        assert record["status"] == "completed" and record["worker"] == worker
+        log = (run / LOG).read_text()
+        assert started in log and (worker == "forked") == ("forked from" in log), log
+        curve = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+        measured[started] = (record["init_valid_loss"], record["valid_loss"], record["scores"],
+                             [r.get("loss", r.get("valid_loss")) for r in curve])  # fmt: skip
+    assert len({json.dumps(m) for m in measured.values()}) == 1, measured
+
+
+def test_a_server_is_forked_from_the_sweep_only_where_it_runs_one_thread():
+    """fork_here forks nothing while another thread runs (an OpenMP pool, a plugin's thread: what a fork would leave
+    half-copied), and forks a server that starts workers once the process runs one thread again."""
+    script = """
+import os, sys, threading, time
+from ablate.train import forkserver
+assert forkserver.room() >= forkserver.ROOM
+done = threading.Event()
+thread = threading.Thread(target=done.wait)
+thread.start()
+forkserver.fork_here()
+assert forkserver._forked_here is None, "forked beside a thread"
+done.set()
+thread.join()
+forkserver.fork_here()
+server = forkserver.ForkServer.for_sweep()
+assert server.forked_here and server.pid
+shown = lambda: (os.getsid(server.pid) == server.pid, open(f"/proc/{server.pid}/cmdline").read().split(chr(0))[:3])
+deadline = time.monotonic() + 30
+while shown() != (True, [sys.executable, "-m", "ablate.train.forkserver"]):  # in its own session, serving
+    assert time.monotonic() < deadline, shown()
+    time.sleep(0.05)
+assert forkserver._forked_here is None and not forkserver.ForkServer.for_sweep().forked_here  # taken once
+server.close()
+print("ok")
+"""
+    one_core = lambda: os.sched_setaffinity(0, ALL_CORES[-1:])  # noqa: E731 (one core: no OpenBLAS pool)
+    done = subprocess.run([sys.executable, "-c", script, " " * 4096], capture_output=True, text=True, timeout=120,
+                          preexec_fn=one_core)  # fmt: skip
+    assert done.returncode == 0 and done.stdout == "ok\n", done.stderr
+
+
+ENDINGS = [("raise ValueError('in the worker')", 1, "ValueError: in the worker"), ("sys.exit(3)", 3, ""),
+           ("sys.exit('bad')", 1, "bad"), ("print('done', end='')", 0, "")]  # fmt: skip
+
+
+@pytest.mark.parametrize(("body", "code", "said"), ENDINGS)
+def test_a_forked_child_ends_as_a_fresh_python_would(body, code, said):
+    """What a forked worker (or the server fork_here forked) raises ends it as it ends `python`: the traceback on
+    stderr and code 1, SystemExit's code, buffered output flushed; never back into the code that forked it."""
+    script = f"""
+import os, sys
+from ablate.train.forkserver import end_as_python_would
+pid = os.fork()
+if pid == 0:
+    def body():
+        {body}
+    end_as_python_would(body)
+print(os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]), file=sys.stderr)
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    *said_lines, last = done.stderr.strip().splitlines() or [""]
+    assert done.returncode == 0 and int(last) == code, done.stderr
+    assert said in "\n".join(said_lines) and done.stdout == ("done" if code == 0 else "")
 
 
 def test_exit_at_once_ends_as_a_normal_exit_would_for_what_matters():

@@ -17,7 +17,8 @@ A child is set up as the launcher would start a fresh worker, before it runs a l
 The server tells the sweep a child's pid once it is set up, and its exit code when it ends (a signal's as
 subprocess gives it: -9 for SIGKILL); the sweep holds a Popen-like `Forked` for each. Multi-GPU jobs
 (torchrun) and Slurm's tasks start fresh workers, and so does every job with `ABLATE_FORKSERVER=0`, where the
-server cannot start (not Linux) and once it has died.
+server cannot start (not Linux) and once it has died. The server is forked from `ablate run` itself where that
+is safe and shows the same (fork_here: the test suite's commands); elsewhere it starts fresh.
 
 The protocol is JSON lines. The sweep writes {"job", "log", "cwd", "env", "cores"}; the server answers
 {"started": pid} or {"error": why}, and later {"exited": pid, "code": code}.
@@ -27,12 +28,14 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import gc
 import json
 import os
 import select
 import signal
 import subprocess
 import sys
+import traceback
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, NoReturn
@@ -59,6 +62,12 @@ def show_command_line(argv: list[str]) -> None:
     start, end = int(fields[45]), int(fields[46])  # arg_start and arg_end, fields 48 and 49 of proc(5)
     line = "\0".join(argv).encode()[: end - start - 1]
     ctypes.memmove(start, line.ljust(end - start, b"\0"), end - start)
+
+
+def room() -> int:
+    """Bytes this process's command line may show (arg_end - arg_start in /proc/self/stat)."""
+    fields = Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()
+    return int(fields[46]) - int(fields[45])
 
 
 def die_with_parent() -> None:
@@ -95,6 +104,20 @@ class Forked:
 class ForkServer:
     """The launcher's handle on the server: started on first use, ended by `close` or by this process's end."""
 
+    @classmethod
+    def for_sweep(cls) -> ForkServer:
+        """The server `fork_here` forked from this process, taken once, while it runs; else one that starts fresh
+        on first use."""
+        global _forked_here
+        server, _forked_here = _forked_here, None
+        if server is not None and server.pid is not None:
+            with contextlib.suppress(ChildProcessError):
+                if os.waitpid(server.pid, os.WNOHANG)[0] == 0:
+                    return server
+            server.reap = lambda: None  # it died, reaped just now: a fresh one instead
+            server.close()
+        return cls()
+
     def __init__(self) -> None:
         self.pid: int | None = None  # the server's, while it runs
         self.requests = self.replies = -1  # the pipes to it and from it
@@ -103,6 +126,7 @@ class ForkServer:
         self.answers: list[dict[str, Any]] = []  # to requests, in their order, not yet taken
         self.pending = b""
         self.ended = False  # once it has, the sweep's workers start fresh: a server that died is not restarted
+        self.forked_here = False  # by fork_here, from the sweep's process; else started fresh
 
     def ensure_running(self) -> None:
         """Starts the server, `python -m ablate.train.forkserver`, unless it runs (its imports take seconds: a
@@ -176,6 +200,102 @@ class ForkServer:
         self.pending, self.ended = b"", True
 
 
+_forked_here: ForkServer | None = None
+
+
+def fork_here() -> None:
+    """Forks the server from this process, which then need not start one fresh (seconds of imports); `ablate run`
+    and `ablate check` call it before they read an experiment (a plugin's import, or a touch of CUDA, is then the
+    worker's own, as in a fresh server's). Only where that is safe and shows the same, else it does nothing and the
+    launcher starts the server fresh: on Linux; in a process with one thread (no OpenMP or OpenBLAS pool, nothing
+    another thread holds) and no file open but its standard streams (nothing for the server to hold or close
+    under an object that owns it); with a command line of ROOM bytes for the workers' (ps, `pgrep -f`). A command
+    typed in a shell has less room, and with numpy's OpenBLAS a thread a core: in practice this serves the test
+    suite's commands, forked from a warm process started with that room (tests/fixtures/warm_cli.py)."""
+    global _forked_here
+    if _forked_here is not None or not available() or room() < ROOM:
+        return
+    import torch._dynamo  # noqa: F401 (what serve imports, here: the child has it for nothing)
+
+    import ablate.train.pipeline
+    import ablate.train.spec  # noqa: F401
+
+    if len(os.listdir("/proc/self/task")) != 1 or _open_files():
+        return
+    server = ForkServer()
+    requests_r, server.requests = os.pipe()
+    server.replies, replies_w = os.pipe()
+    for stream in (sys.stdout, sys.stderr):
+        stream.flush()
+    gc.disable()
+    gc.freeze()  # the child never collects what this process left to collect (Python's advice before a fork)
+    pid = os.fork()
+    if pid == 0:
+        gc.enable()
+
+        def become_server() -> NoReturn:
+            os.setsid()
+            die_with_parent()
+            os.dup2(requests_r, 0)
+            os.dup2(replies_w, 1)
+            os.closerange(3, os.sysconf("SC_OPEN_MAX"))  # the four ends of the two pipes: none was open before
+            serve()
+
+        end_as_python_would(become_server)
+    gc.unfreeze()
+    gc.enable()
+    os.close(requests_r)
+    os.close(replies_w)
+    server.pid, server.reap, server.forked_here = pid, lambda: os.waitpid(pid, 0), True
+    _forked_here = server
+
+
+def close_unused() -> None:
+    """Ends the server fork_here forked where no sweep took it (nothing to train, or an error first)."""
+    global _forked_here
+    if _forked_here is not None:
+        _forked_here.close()
+        _forked_here = None
+
+
+def _open_files() -> list[int]:
+    """This process's open file descriptors above stderr."""
+    listed = [int(fd) for fd in os.listdir("/proc/self/fd")]  # the listing's own descriptor is closed by now
+
+    def is_open(fd: int) -> bool:
+        try:
+            os.fstat(fd)
+        except OSError:
+            return False
+        return True
+
+    return [fd for fd in listed if fd > 2 and is_open(fd)]
+
+
+def end_as_python_would(body: Callable[[], object]) -> NoReturn:
+    """In a forked child: runs `body`, then ends as a fresh `python` would, never returning into the code that
+    forked it: SystemExit's code, an uncaught exception's traceback on stderr and code 1, Ctrl-C's SIGINT."""
+    from ablate.train.worker import exit_at_once
+
+    try:
+        body()
+        code = 0
+    except SystemExit as stop:
+        code = stop.code if isinstance(stop.code, int) else 0 if stop.code is None else 1
+        if not isinstance(stop.code, int | None):
+            print(stop.code, file=sys.stderr)
+    except KeyboardInterrupt:
+        traceback.print_exc()
+        sys.stderr.flush()
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGINT)
+        code = 130
+    except BaseException:
+        traceback.print_exc()
+        code = 1
+    exit_at_once(code)
+
+
 def _write(fd: int, message: dict[str, Any]) -> None:
     data = json.dumps(message).encode() + b"\n"
     while data:
@@ -200,6 +320,13 @@ def serve(requests: int = 0, replies: int = 1) -> NoReturn:
     import ablate.train.pipeline
     import ablate.train.spec  # noqa: F401
 
+    serve_requests(requests, replies, lambda request, fds: _fork(request, replies, fds))
+
+
+def serve_requests(requests: int, replies: int,
+                   fork: Callable[[dict[str, Any], tuple[int, ...]], None]) -> NoReturn:  # fmt: skip
+    """Hands each request read from `requests` (JSON lines) to `fork`, with the descriptors its child is to close,
+    and says on `replies` when each child ends, until `requests` closes: then this process ends at once."""
     wake_r, wake_w = os.pipe()  # SIGCHLD wakes the select below
     os.set_blocking(wake_r, False)
     os.set_blocking(wake_w, False)
@@ -221,7 +348,7 @@ def serve(requests: int = 0, replies: int = 1) -> NoReturn:
         pending += chunk
         *lines, pending = pending.split(b"\n")
         for line in lines:
-            _fork(json.loads(line), replies, (requests, replies, wake_r, wake_w))
+            fork(json.loads(line), (requests, replies, wake_r, wake_w))
 
 
 def _reap(replies: int) -> None:
@@ -247,7 +374,7 @@ def _fork(request: dict[str, Any], replies: int, server_fds: tuple[int, ...]) ->
         return
     if pid == 0:
         os.close(ready_r)
-        _become_worker(request, ready_w, server_fds)
+        end_as_python_would(lambda: _become_worker(request, ready_w, server_fds))
     os.close(ready_w)
     answer = os.read(ready_r, 1)  # b"" if it died in its set-up
     os.close(ready_r)

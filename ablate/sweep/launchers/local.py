@@ -58,7 +58,10 @@ def start_worker(
     env, cores = worker_env(job, visible_gpus), set(job.cpu_ids)
     forked = server is not None and job.gpus <= 1
     with open(job.directory / LOG, "a", encoding="utf-8") as log:
-        how = "forked: python -m ablate.worker " + str(job.directory) if forked else " ".join(worker_command(job))
+        how = " ".join(worker_command(job))
+        if forked:
+            origin = "the server forked from the sweep" if server.forked_here else "the fork server"
+            how = f"forked from {origin}: python -m ablate.worker {job.directory}"
         pinned = f" (cores {','.join(map(str, sorted(cores)))}, {job.threads} thread(s))" if cores else ""
         log.write(f"--- {time.strftime('%Y-%m-%d %H:%M:%S')} {how}{pinned}\n")
         log.flush()
@@ -159,7 +162,7 @@ class LocalLauncher:
         res = self.resources
         queue, pool = list(jobs), Pool(res)
         active: dict[Worker, tuple[Job, list[int]]] = {}
-        server = ForkServer() if available() else None
+        server = ForkServer.for_sweep() if available() else None
         results: Outcomes = {}
         peak_mib = 0.0  # the largest peak memory of a run of this sweep so far: what the next is expected to need
         held: str | None = None  # why the next job waits for memory, said once
