@@ -113,9 +113,9 @@ def check_schedule(records, gpus: list[int], per_run: int) -> None:
 
 
 def test_one_gpu_a_run_four_at_once_with_disjoint_gpus(tmp_path, write):
-    grid = "\n".join(f"  ff{d}: {{model.d_ff: {d}}}" for d in (48, 80, 96, 112, 128))
+    grid = "\n".join(f"  ff{d}: {{model.d_ff: {d}}}" for d in (48, 80, 96, 112))
     records, frame = sweep(tmp_path, write, grid, gpus=[0, 1, 2, 3], per_run=1)
-    assert [r["status"] for r in records] == ["completed"] * 6
+    assert [r["status"] for r in records] == ["completed"] * 5
     check_schedule(records, [0, 1, 2, 3], 1)
     assert most_at_once(records) >= 2  # they did run side by side
     table = frame.set_index("run")

@@ -226,18 +226,18 @@ def test_a_changed_spec_is_run_again_and_the_table_says_so(tmp_path, smoke_run):
     assert smoke_run.returncode == 0, smoke_run.stderr
     shutil.copytree(smoke_run.results, tmp_path, dirs_exist_ok=True)  # smoke as the shared run left it
     old = result(tmp_path / "smoke", "baseline")
-    changed = cli("run", str(SMOKE), "--only", "baseline", "--set", "training.max_steps=120",
+    changed = cli("run", str(SMOKE), "--only", "baseline", "--set", "training.max_steps=30",
                   "--results", str(tmp_path))  # fmt: skip
     assert changed.returncode == 0, changed.stderr
     assert "the spec changed since the earlier result" in changed.stdout
     new = result(tmp_path / "smoke", "baseline")
-    assert new["config_hash"] != old["config_hash"] and new["steps"] == 120
+    assert new["config_hash"] != old["config_hash"] and new["steps"] == 30
     assert table(tmp_path / "smoke")["baseline"]["note"].startswith("re-run: the spec changed")
     kept = tmp_path / "smoke" / "runs" / "baseline" / f"seed-1.stale-{old['config_hash']}" / "result.json"
     assert json.loads(kept.read_text()) == old  # the earlier result is set aside, not lost
     assert table(tmp_path / "smoke")["pre_ln"]["status"] == "not run"
 
-    fresh = cli("run", str(SMOKE), "--only", "baseline", "--set", "training.max_steps=120", "--fresh",
+    fresh = cli("run", str(SMOKE), "--only", "baseline", "--set", "training.max_steps=30", "--fresh",
                 "--results", str(tmp_path))  # fmt: skip
     assert fresh.returncode == 0 and "started over (--fresh)" in fresh.stdout
     assert "note" not in result(tmp_path / "smoke", "baseline")

@@ -41,7 +41,7 @@ training:
 evaluation: {select: best, beam_size: 2, max_extra_len: 10}
 variants:
   averaged: {evaluation.average_checkpoints: 3}
-  capped: {training.max_steps: 200, evaluation.select: last,
+  capped: {training.max_steps: 100, evaluation.select: last,
            training.early_stopping: {metric: valid_loss, patience: 100}}
   points: {evaluation.select: last, evaluation.budgets: [100, 600]}
   improving: {training.max_steps: 100, training.early_stopping: {metric: valid_loss, patience: 100}}
@@ -114,7 +114,7 @@ def test_average_around_the_best_is_the_checkpoints_up_to_it(sweep):
 def test_a_run_that_reaches_its_cap_says_so(sweep):
     _, root = sweep
     r = result(root / "stopping", "capped")
-    assert r["steps"] == 200 and r["stopped_by"] == "max_steps"
+    assert r["steps"] == 100 and r["stopped_by"] == "max_steps"
     assert r["early_stopping"]["stopped"] is False and "averaged_steps" not in r  # select: last, one checkpoint
 
 
@@ -139,7 +139,7 @@ def test_the_report_says_which_runs_stopped_and_where(sweep):
         assert float(rows[run]["steps"]) == round(sum(r["steps"] for r in seeds) / len(seeds))
         best = [r["early_stopping"]["best_step"] for r in seeds]
         assert float(rows[run]["best step"]) == round(sum(best) / len(best))
-    assert rows["capped"]["stopped"].startswith("0/") and float(rows["capped"]["steps"]) == 200
+    assert rows["capped"]["stopped"].startswith("0/") and float(rows["capped"]["steps"]) == 100
     assert "which is not convergence" in done.stdout
 
 
