@@ -2,6 +2,7 @@ import fcntl
 import json
 import os
 import subprocess
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -73,8 +74,30 @@ def cli(*args: str, cwd: Path = ROOT, env: dict[str, str] | None = None,
     """Runs `ablate ARGS` as a user types it; `env`: variables set on top of this process's; `cores`: the
     cores it may use (default: this worker's, see ALL_CORES). The process is forked from one that has imported
     ablate already (tests/fixtures/warm_cli.py), set up as a fresh one; ABLATE_WARM_CLI=0 starts it fresh."""
-    return WARM.run(list(args), cwd, os.environ | (env or {}), sorted(os.sched_getaffinity(0)) if cores is None
-                    else cores, timeout=300)  # fmt: skip
+    return WARM.run(list(args), cwd, env or {}, sorted(os.sched_getaffinity(0)) if cores is None else cores,
+                    timeout=300)  # fmt: skip
+
+
+COMMANDS: Counter[str] = Counter()  # the xdist workers' WARM.counts, as each ends
+
+
+def pytest_sessionfinish(session):
+    if hasattr(session.config, "workeroutput"):  # an xdist worker: hands its counts to the controller
+        session.config.workeroutput["ablate_commands"] = json.dumps(WARM.counts)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error):
+    COMMANDS.update(json.loads(node.workeroutput.get("ablate_commands", "{}")))
+
+
+def pytest_terminal_summary(terminalreporter):
+    """How the tests' `ablate` commands started: forked from the warm process, or fresh, and why."""
+    counts = COMMANDS + WARM.counts
+    if counts:
+        why = "".join(f"; {key.split(': ', 1)[1]}: {n}" for key, n in sorted(counts.items()) if ": " in key)
+        terminalreporter.write_line(f"ablate commands: {counts['forked']} forked from a warm process, "
+                                    f"{counts['started fresh']} started fresh{why}")  # fmt: skip
 
 
 def trained_experiment(tmp_path_factory, name: str, text: str, *args: str) -> tuple[Path, Path]:

@@ -93,7 +93,8 @@ def test_the_cli_caps_the_caches_before_a_command_runs(monkeypatch):
     import ablate.cli
 
     for name in ("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "LRU_CACHE_CAPACITY"):
-        monkeypatch.delenv(name, raising=False)
+        monkeypatch.setenv(name, "")  # recorded as it was, so that what main sets is undone after the test
+        monkeypatch.delenv(name)
     seen: dict[str, str] = {}
     monkeypatch.setattr(ablate.cli, "cmd_run", lambda args: seen.update(os.environ) or 0)
     assert ablate.cli.main(["run", "experiments/smoke.yaml"]) == 0
