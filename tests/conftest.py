@@ -88,7 +88,7 @@ def pytest_sessionfinish(session):
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_testnodedown(node, error):
-    COMMANDS.update(json.loads(node.workeroutput.get("ablate_commands", "{}")))
+    COMMANDS.update(json.loads(getattr(node, "workeroutput", {}).get("ablate_commands", "{}")))  # none if it crashed
 
 
 def pytest_terminal_summary(terminalreporter):
