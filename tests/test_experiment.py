@@ -66,6 +66,24 @@ def test_set_applies_to_every_run(write):
     assert exp.run("pre").differences == {"model.norm_placement": "pre_ln"}
 
 
+def test_one_seed_of_a_sweep_alone_is_the_sweeps_job(write, tmp_path):
+    """`--only RUN --set training.seed=N --seeds 1` (scripts/gpu_jobs.py) plans the sweep's seed-N job of RUN: the
+    same directory, spec and config hash, so the result stands for the sweep's and is never trained again."""
+    from ablate.rundir import config_hash
+    from ablate.sweep.plan import plan
+
+    write("base.yaml", BASE)
+    path = write("exp.yaml", "name: e\nextends: base.yaml\ntraining: {max_steps: 10}\n"
+                 "variants: {pre: {model.norm_placement: pre_ln}}\n")  # fmt: skip
+    sweep = {(p.job.run, p.job.seed): p.job for p in plan(ablate.load_experiment(path), tmp_path, 3)}
+    alone = [p.job for p in plan(ablate.load_experiment(path, ["training.seed=3"]), tmp_path, 1)]
+    assert sorted((job.run, job.seed) for job in alone) == [("baseline", 3), ("pre", 3)]
+    for job in alone:
+        twin = sweep[(job.run, job.seed)]
+        assert job.directory == twin.directory and job.spec == twin.spec
+        assert config_hash(job.spec) == config_hash(twin.spec)
+
+
 def test_heads_change_derives_d_k(write):
     write("base.yaml", BASE)
     exp = ablate.load_experiment(write("e.yaml", "name: e\nextends: base.yaml\ngrid: {model.heads: [1, 16]}\n"))
