@@ -9,7 +9,9 @@ others under MPS). Many at once fill the GPU. Each job here is its own command,
 which plans the same job, with the same spec and config hash, as the sweep's seed-N job of RUN, so that no two
 commands ever plan the same job (scripts/gpu_queues.py's queues raced for theirs) and one job can be stopped
 alone. `ablate run --runs-per-gpu R` shares a GPU within one experiment, but trains the experiments of a command
-one after another, and has no deadline.
+one after another, and has no deadline. Each command here is given `--runs-per-gpu` --max-running, so that its
+record says the GPU was shared and the report marks its speed cells with † (the H200's runs of 2026-11-26
+trained before this, and their records do not say so).
 
     python scripts/gpu_jobs.py --until EPOCH_SECONDS --results DIR --max-running 21 -- \
         heads:baseline:1 heads:heads=1:1 ... norm:pre_ln:3 table3:d_k=16:1
@@ -78,7 +80,8 @@ def main() -> int:
     def launch(experiment: str, run: str, seed: str) -> None:
         name = f"{experiment}:{run}:{seed}"
         command = [sys.executable, "-m", "ablate.cli", "run", f"experiments/{experiment}.yaml", "--only", run,
-                   "--set", f"training.seed={seed}", "--seeds", "1", "--results", str(args.results)]  # fmt: skip
+                   "--set", f"training.seed={seed}", "--seeds", "1", "--results", str(args.results),
+                   "--runs-per-gpu", str(args.max_running)]  # fmt: skip
         with (args.results.parent / f"{experiment}-{run}-{seed}.log").open("w") as log:
             procs[name] = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         dirs[name] = args.results / experiment / "runs" / run / f"seed-{seed}"
