@@ -156,7 +156,9 @@ def test_budgets_in_tokens_flops_and_seconds_stop_where_they_say(tmp_path, write
     path = write("b.yaml", f"""
 name: budgets
 extends: {SMOKE}
-training: {{max_steps: null, max_flops: 2.0e+10, validate_every: null, checkpoint_every: null,
+data: {{max_pairs: 200}}
+evaluation: {{beam_size: 1, max_extra_len: 5}}
+training: {{max_steps: null, max_flops: 2.0e+10, validate_every: 100000, checkpoint_every: null,
            schedule: {{name: linear_decay, lr: 0.003, warmup: 5, final: 0.1}}}}
 variants:
   tokens: {{training.max_flops: null, training.max_target_tokens: 20000}}

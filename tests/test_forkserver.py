@@ -38,7 +38,7 @@ name: fork
 extends: {SMOKE}
 plugins: [{PROBE}]
 data: {{max_pairs: 200}}
-training: {{max_steps: {steps}, validate_every: null, checkpoint_every: {steps}}}
+training: {{max_steps: {steps}, validate_every: {steps}, checkpoint_every: {steps}}}
 evaluation: {{beam_size: 1, max_extra_len: 5}}
 """)  # fmt: skip
     planned = [p for p in plan(load_experiment(path), tmp_path / "results") if p.job.label.startswith("baseline/")]

@@ -46,7 +46,7 @@ extends: {SMOKE}
 plugins: [{PLUGIN}]
 model: {model}
 data: {{max_pairs: 100}}
-training: {{max_steps: 40, validate_every: null, checkpoint_every: null}}
+training: {{max_steps: 40, validate_every: 40, checkpoint_every: null}}
 evaluation: {{beam_size: 1, max_extra_len: 5}}
 variants:
 {variants}

@@ -33,7 +33,7 @@ name: own
 extends: {SMOKE}
 data: {{corpus: {corpus}, test: [test_x], data_dir: {root}}}
 tokenizer: {{vocab_size: 100, min_frequency: 1}}
-training: {{max_steps: 20, validate_every: null}}
+training: {{max_steps: 20, validate_every: 20}}
 """))  # fmt: skip
 
 

@@ -73,7 +73,9 @@ def test_failed_killed_and_diverged_runs_are_recorded_and_the_sweep_goes_on(tmp_
 name: isolation
 extends: {SMOKE}
 plugins: [{plugin}]
-training: {{max_steps: 30, validate_every: null}}
+data: {{max_pairs: 200}}
+training: {{max_steps: 30, validate_every: 30}}
+evaluation: {{beam_size: 1, max_extra_len: 5}}
 variants:
   explodes: {{training.schedule: {{name: constant, lr: 1.0e+4}}}}
   breaks: {{model.feedforward: broken_on_purpose}}
@@ -99,7 +101,9 @@ def test_every_run_completed_or_diverged_exits_0(tmp_path, write):
     path = write("e.yaml", f"""
 name: diverges
 extends: {SMOKE}
-training: {{max_steps: 10, validate_every: null}}
+data: {{max_pairs: 200}}
+training: {{max_steps: 10, validate_every: 10}}
+evaluation: {{beam_size: 1, max_extra_len: 5}}
 variants:
   explodes: {{training.schedule: {{name: constant, lr: 1.0e+4}}}}
 """)  # fmt: skip
