@@ -16,6 +16,8 @@ from ablate.rundir import read_metrics
 from tests.conftest import ALL_CORES, ROOT, cli, on_cores
 
 SMOKE = ROOT / "experiments" / "smoke.yaml"
+# for runs whose scores no assertion reads: greedy decoding of a few tokens past the source, on fewer pairs
+CHEAP = ["--set", "evaluation.beam_size=1", "--set", "evaluation.max_extra_len=5", "--set", "data.max_pairs=200"]
 DETERMINISTIC = ["run", "differs", "params", "BLEU", "n", "chrF", "valid loss", "status"]
 
 
@@ -155,7 +157,7 @@ def test_a_run_that_lost_its_checkpoints_starts_over_without_the_earlier_attempt
     """Results copied without their checkpoints (git keeps no *.pt): the run trains again from step 0, and its
     metrics and diagnostics hold each step once, as an uninterrupted run's do, not the dead attempt's too."""
     args = [str(SMOKE), "--only", "baseline", "--results", str(tmp_path), "--set", "training.max_steps=40",
-            "--set", "training.diagnostics_every=10", "--set", "training.checkpoint_every=10"]  # fmt: skip
+            "--set", "training.diagnostics_every=10", "--set", "training.checkpoint_every=10", *CHEAP]  # fmt: skip
     first = cli("run", *args)
     assert first.returncode == 0, first.stderr
     d = tmp_path / "smoke" / "runs" / "baseline" / "seed-1"
@@ -230,7 +232,7 @@ def test_a_changed_spec_is_run_again_and_the_table_says_so(tmp_path, smoke_run):
     assert smoke_run.returncode == 0, smoke_run.stderr
     shutil.copytree(smoke_run.results, tmp_path, dirs_exist_ok=True)  # smoke as the shared run left it
     old = result(tmp_path / "smoke", "baseline")
-    changed = cli("run", str(SMOKE), "--only", "baseline", "--set", "training.max_steps=30",
+    changed = cli("run", str(SMOKE), "--only", "baseline", "--set", "training.max_steps=30", *CHEAP,
                   "--results", str(tmp_path))  # fmt: skip
     assert changed.returncode == 0, changed.stderr
     assert "the spec changed since the earlier result" in changed.stdout
@@ -241,16 +243,19 @@ def test_a_changed_spec_is_run_again_and_the_table_says_so(tmp_path, smoke_run):
     assert json.loads(kept.read_text()) == old  # the earlier result is set aside, not lost
     assert table(tmp_path / "smoke")["pre_ln"]["status"] == "not run"
 
-    fresh = cli("run", str(SMOKE), "--only", "baseline", "--set", "training.max_steps=30", "--fresh",
+    fresh = cli("run", str(SMOKE), "--only", "baseline", "--set", "training.max_steps=30", *CHEAP, "--fresh",
                 "--results", str(tmp_path))  # fmt: skip
     assert fresh.returncode == 0 and "started over (--fresh)" in fresh.stdout
     assert "note" not in result(tmp_path / "smoke", "baseline")
 
 
-def test_seeds_give_mean_and_std_with_n(tmp_path):
+def test_seeds_give_mean_and_std_with_n(tmp_path, smoke_run):
     # smoke's own 150 steps: at 60, both seeds' BLEU could be 0.0 and the mean and sd would say nothing
+    assert smoke_run.returncode == 0, smoke_run.stderr
+    shutil.copytree(smoke_run.results, tmp_path, dirs_exist_ok=True)  # seed 1, trained once for the session
     run = cli("run", str(SMOKE), "--only", "baseline", "--seeds", "2", "--results", str(tmp_path))
     assert run.returncode == 0, run.stderr
+    assert "1 to train" in run.stdout  # seed 2 alone
     root = tmp_path / "smoke"
     bleu = [result(root, "baseline", seed)["scores"]["test_2017_mscoco"]["bleu"] for seed in (1, 2)]
     assert bleu[0] != bleu[1] and min(bleu) > 0  # different seeds, different models
@@ -316,7 +321,7 @@ def test_two_gloo_processes_train_like_one(tmp_path):
 
 def test_submitit_local_executor_round_trip(tmp_path):
     pytest.importorskip("submitit")
-    args = [str(SMOKE), "--set", "training.max_steps=30", "--results", str(tmp_path)]
+    args = [str(SMOKE), "--set", "training.max_steps=30", *CHEAP, "--results", str(tmp_path)]
     # both tasks start at once: one thread each, or they spend most of their time waiting for each other
     run = cli("run", *args, "--launcher", "submitit-local", "--time-min", "10", "--gpus-per-run", "0",
               env={"OMP_NUM_THREADS": "1"})  # fmt: skip
@@ -331,7 +336,7 @@ def test_submitit_local_executor_round_trip(tmp_path):
 
 def test_tensorboard_log_directory(tmp_path):
     pytest.importorskip("tensorboard")
-    run = cli("run", str(SMOKE), "--only", "baseline", "--set", "training.max_steps=20", "--results",
+    run = cli("run", str(SMOKE), "--only", "baseline", "--set", "training.max_steps=20", *CHEAP, "--results",
               str(tmp_path / "r"), "--tensorboard", str(tmp_path / "tb"))  # fmt: skip
     assert run.returncode == 0, run.stderr
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
