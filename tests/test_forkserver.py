@@ -144,7 +144,8 @@ def test_forked_and_fresh_workers_train_the_same_numbers(tmp_path):
     """The same job, trained by `ablate run` with workers forked from a server forked from the command itself (the
     test suite's commands have the room on their command line), from a server started fresh (a command started
     fresh has not), and with fresh workers (ABLATE_FORKSERVER=0): every logged loss, the validation losses and the
-    test scores the same, to the last bit."""
+    test scores the same, to the last bit. On one core, as under xdist: with two, torch's threads would keep the
+    command from forking its workers' server (fork_here needs a process of one thread)."""
     measured = {}
     modes = {"forked from the server forked from the sweep:": ({}, "forked"),
              "forked from the fork server:": ({"ABLATE_WARM_CLI": "0"}, "forked"),
@@ -153,7 +154,7 @@ def test_forked_and_fresh_workers_train_the_same_numbers(tmp_path):
         out = tmp_path / str(len(measured))
         done = cli("run", "experiments/smoke.yaml", "--only", "baseline", "--set", "training.max_steps=10", "--set",
                    "training.validate_every=10", "--set", "data.max_pairs=300", "--results", str(out),
-                   env=env)  # fmt: skip
+                   env=env, cores=ALL_CORES[:1])  # fmt: skip
         assert done.returncode == 0, done.stderr
         (run,) = out.glob("smoke/runs/*/seed-1")
         record = json.loads((run / "result.json").read_text())
