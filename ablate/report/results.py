@@ -5,6 +5,8 @@ Every file is read through ablate.rundir; torch is never imported.
 
 from __future__ import annotations
 
+import hashlib
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -128,13 +130,15 @@ def load_results(directory: Path) -> ExperimentResults:
 class SentenceStatistics:
     """Each job's per-sentence BLEU statistics on one test split (significance.bleu_statistics), computed once.
 
+    The test set's references, and the statistics of each distinct set of hypotheses, are kept for the whole
+    process: a report compares the same runs again at each budget point and each look of a sequential design.
     Raises UserError when the split's references cannot be read (the corpus is not where the config says)."""
 
     def __init__(self, config: dict[str, Any], split: str):
         from ablate.report.significance import bleu_scorer
 
-        self.split, self.references = split, references(config, split)
-        self.lowercase = bool(config.get("evaluation", {}).get("lowercase", False))
+        self.split, self.lowercase = split, bool(config.get("evaluation", {}).get("lowercase", False))
+        self.references, self._against, self._seen = _test_set(config, split, self.lowercase)
         self.score = bleu_scorer(self.lowercase)
         self._of: dict[Path, Any] = {}
 
@@ -142,12 +146,32 @@ class SentenceStatistics:
         """The jobs' statistics stacked (seeds, sentences, K); each job must have the split's hypotheses."""
         import numpy as np
 
-        from ablate.report.significance import bleu_statistics
-
         for j in jobs:
             if j.directory not in self._of:
-                self._of[j.directory] = bleu_statistics(j.hypotheses(self.split), self.references, self.lowercase)
+                lines = j.hypotheses(self.split)
+                digest = hashlib.sha256("\n".join(lines).encode()).hexdigest()
+                if digest not in self._seen:
+                    self._seen[digest] = self._against(lines)
+                self._of[j.directory] = self._seen[digest]
         return np.stack([self._of[j.directory] for j in jobs])
+
+
+_TEST_SETS: dict[str, tuple[list[str], Any, dict[str, Any]]] = {}  # see _test_set
+
+
+def _test_set(config: dict[str, Any], split: str, lowercase: bool) -> tuple[list[str], Any, dict[str, Any]]:
+    """The split's references, significance.bleu_statistics_against them, and the statistics computed so far by
+    hypotheses' sha256: one entry per test set the runs read (corpus, its folder, languages, max_pairs)."""
+    from ablate.data.corpus import data_dir
+    from ablate.report.significance import bleu_statistics_against
+
+    data = config["data"]
+    key = json.dumps([data["corpus"], str(data_dir(data.get("data_dir"))), data["source"], data["target"],
+                      data.get("max_pairs"), split, lowercase], sort_keys=True, default=str)  # fmt: skip
+    if key not in _TEST_SETS:
+        refs = references(config, split)
+        _TEST_SETS[key] = (refs, bleu_statistics_against(refs, lowercase), {})
+    return _TEST_SETS[key]
 
 
 def references(config: dict[str, Any], split: str) -> list[str]:

@@ -100,12 +100,22 @@ def t_interval(delta: float, terms: tuple[float, float, float], dfs: tuple[float
 
 def bleu_statistics(hypotheses: Sequence[str], references: Sequence[str], lowercase: bool) -> np.ndarray:
     """Each sentence's BLEU sufficient statistics (N, K): lengths, matched and total n-grams (sacreBLEU's)."""
+    return bleu_statistics_against(references, lowercase)(hypotheses)
+
+
+def bleu_statistics_against(references: Sequence[str], lowercase: bool) -> Callable[[Sequence[str]], np.ndarray]:
+    """bleu_statistics for any hypotheses against these references, whose n-grams are counted once, by
+    sacreBLEU's reference cache: a report scores every seed, budget point and look against the same test set."""
     from sacrebleu.metrics import BLEU
 
-    if len(hypotheses) != len(references):
-        raise ValueError(f"{len(hypotheses)} hypotheses for {len(references)} references")
-    metric = BLEU(lowercase=lowercase)
-    return np.array(metric._extract_corpus_statistics(list(hypotheses), [list(references)]), dtype=np.float64)
+    metric = BLEU(lowercase=lowercase, references=[list(references)])
+
+    def statistics(hypotheses: Sequence[str]) -> np.ndarray:
+        if len(hypotheses) != len(references):
+            raise ValueError(f"{len(hypotheses)} hypotheses for {len(references)} references")
+        return np.array(metric._extract_corpus_statistics(list(hypotheses), None), dtype=np.float64)
+
+    return statistics
 
 
 def length_ratio(stats: np.ndarray) -> np.ndarray:
