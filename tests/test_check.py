@@ -1,11 +1,13 @@
 """`ablate check`: exact on the machine that made a reference, within seed noise elsewhere; real regressions fail.
 
-A small reference is made here with `--update` (5 seeds of a small model, 1 thread each, side by side:
-with 3, the 1% false-alarm multiple is 19.95 sd and a halved learning rate, 9.5 sd away at 200 steps,
-passes; with 5 it is 6.85).
-Checked on this machine it is compared exactly; with 2 threads, which change the round-off as another
-CPU would, it is judged within seed noise and passes; with the learning rate halved, or Post-LN swapped
-for Pre-LN, it fails, in the noise mode too.
+A small reference is made here with `--update`: 5 seeds of tiny.yaml's model cut to 1+1 layers, 200 steps, 1 thread
+each, side by side. With 3 seeds the 1% false-alarm multiple is 19.95 sd; with 5 it is 6.85, and a halved learning
+rate lands 20.8 sd from the seeds' mean loss curve (measured on an AVX2 EPYC; 2+2 layers at 100 steps gave 4.6 sd,
+which passed). Checked on this machine it is compared exactly; with 2 threads, which change the round-off as
+another CPU would, it is judged within seed noise and passes (1.5 sd); with the learning rate halved it fails, in
+the noise mode too. Pre-LN for Post-LN (3.0 sd) and the tutorial's sqrt(d_model) scaling (1.4 sd) stay within
+seed noise this early: only Pre-LN's final norms, in the exactly compared parameter count, would give one away,
+and that row is tested without training below.
 """
 
 import hashlib
@@ -35,20 +37,21 @@ class Small:
 
 @pytest.fixture(scope="module")
 def made(tmp_path_factory) -> Small:
-    """A reference file made here: tiny.yaml's model on 2,000 pairs for 200 steps, 5 seeds, 1 thread each. Seeds 1-4
-    trained as a sweep (`ablate run --seeds 4 --threads-per-run 1`), read by `--update --from-results`, which
-    trains the fifth itself."""
+    """A reference file made here: tiny.yaml's model with 1+1 layers on 2,000 pairs for 200 steps, 5 seeds, 1 thread
+    each. Seeds 1-4 trained as a sweep (`ablate run --seeds 4 --threads-per-run 1`), read by `--update
+    --from-results`, which trains the fifth itself."""
     folder = tmp_path_factory.mktemp("reference")
     source = folder / "small.yaml"
     source.write_text(f"""
 name: small
 extends: {ROOT / "experiments" / "reference" / "tiny.yaml"}
+model: {{encoder_layers: 1, decoder_layers: 1}}
 data: {{max_pairs: 2000, test: [test_2017_mscoco]}}
 training: {{max_steps: 200, validate_every: 50}}
 """)  # fmt: skip
     path = folder / "small-ref.yaml"
     path.write_text(yaml.safe_dump({
-        "name": "small", "description": "tiny.yaml's model for 200 steps", "source": str(source),
+        "name": "small", "description": "tiny.yaml's model, 1+1 layers, 200 steps", "source": str(source),
         "status": "not yet measured", "device": "cpu", "threads": 1, "seeds": 5, "why": "a test",
     }, sort_keys=False))  # fmt: skip
     results = folder / "results"
@@ -108,14 +111,6 @@ def test_halving_the_learning_rate_fails_in_either_mode(small, tmp_path):
         "not identical on the machine that made small: the code changed its arithmetic (and beyond seed noise"
         in exact.stdout
     )
-
-
-def test_swapping_post_ln_for_pre_ln_fails_within_seed_noise(small, tmp_path):
-    def swap(spec):
-        spec["model"]["norm_placement"] = "pre_ln"
-
-    run = cli("check", variant(small, tmp_path, swap), "--noise")
-    assert run.returncode == 1 and "OUTSIDE" in run.stdout, run.stdout + run.stderr
 
 
 def test_update_from_results_reads_the_finished_seeds_and_trains_only_the_others(made):
