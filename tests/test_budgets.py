@@ -43,7 +43,7 @@ training:
   checkpoint_every: 10
   validate_every: 100
   valid_bleu_pairs: 20
-evaluation: {{average_checkpoints: 3, budgets: [100, 200], beam_size: 2, max_extra_len: 10}}
+evaluation: {{average_checkpoints: 3, budgets: [100, 200], beam_size: 1, max_extra_len: 5}}
 variants:
   alone100: {{training.max_steps: 100, evaluation.budgets: null}}
   wsd: {{training.schedule: {WSD}}}

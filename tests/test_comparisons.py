@@ -14,7 +14,11 @@ from tests.conftest import ROOT, cli
 
 SMOKE = ROOT / "experiments" / "smoke.yaml"
 SPLIT = "test_2017_mscoco"  # smoke's test set
-QUICK = "training: {max_steps: 40, validate_every: 20, checkpoint_every: null}\ndata: {max_pairs: 400}"
+# 40 steps, and greedy decoding of at most 5 extra tokens: a model this young runs to its length limit
+QUICK = (
+    "training: {max_steps: 40, validate_every: 20, checkpoint_every: null}\ndata: {max_pairs: 400}\n"
+    "evaluation: {beam_size: 1, max_extra_len: 5}"
+)
 
 
 def rows(text):

@@ -29,6 +29,7 @@ def results(tmp_path_factory):
 name: rep
 extends: {ROOT / "experiments" / "smoke.yaml"}
 training: {{max_steps: 60, validate_every: 30}}
+evaluation: {{beam_size: 1, max_extra_len: 5}}
 variants:
   pre_ln: {{model.norm_placement: pre_ln}}
   explodes: {{training.schedule: {{name: constant, lr: 1.0e+4}}}}

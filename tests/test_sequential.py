@@ -30,6 +30,7 @@ EXPERIMENT = f"""
 name: seq
 extends: {SMOKE}
 training: {{max_steps: 60, validate_every: 30}}
+evaluation: {{beam_size: 1, max_extra_len: 5}}
 variants:
   pre_ln: {{model.norm_placement: pre_ln}}
   same: {{training.diagnostics_every: 7}}

@@ -38,7 +38,7 @@ training:
   validate_every: 20
   valid_bleu_pairs: 20
   early_stopping: {metric: valid_loss, patience: 2, min_delta: 0.15}
-evaluation: {select: best, beam_size: 2, max_extra_len: 10}
+evaluation: {select: best, beam_size: 1, max_extra_len: 5}
 variants:
   averaged: {evaluation.average_checkpoints: 3}
   capped: {training.max_steps: 100, evaluation.select: last,
