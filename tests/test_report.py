@@ -45,6 +45,12 @@ def report(results, *args):
     return run.stdout
 
 
+@pytest.fixture(scope="module")
+def written(results) -> str:
+    """`ablate report` with its files (tables, cards, plots, index.html) written once: what it printed."""
+    return report(results)
+
+
 def test_markdown_has_every_column_mean_and_std_and_no_numbers_for_a_diverged_run(results):
     text = report(results, "--format", "md", "--no-files")
     header, _, *rows = [line for line in text.splitlines() if line.startswith("|")]
@@ -118,8 +124,8 @@ def test_html_is_one_table_with_a_row_per_run(results):
     assert [r[0] for r in parser.rows] == ["run", "baseline", "pre_ln", "explodes"]
 
 
-def test_terminal_output_and_files_next_to_the_tables(results):
-    text = report(results)
+def test_terminal_output_and_files_next_to_the_tables(results, written):
+    text = written
     assert "ΔBLEU" in text and "baseline" in text and "diverged" in text and "\x1b[" not in text
     folder = results / "report"
     for name in ["table.md", "table.csv", "table.tex", "table.html", "cards.md"]:
@@ -186,8 +192,7 @@ def test_paired_test_tells_a_real_difference_from_noise():
         paired_test(a, {"short": b[:10]}, refs, lowercase=False)
 
 
-def test_cards_list_departures_from_the_paper(results):
-    report(results)
+def test_cards_list_departures_from_the_paper(results, written):
     cards = (results / "report" / "cards.md").read_text()
     baseline = cards.split("## baseline")[1].split("## ")[0]
     assert "- `model.d_model`: 32 (paper: 512, Table 3, base)" in baseline
