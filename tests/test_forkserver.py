@@ -153,7 +153,8 @@ def test_forked_and_fresh_workers_train_the_same_numbers(tmp_path):
     for started, (env, worker) in modes.items():
         out = tmp_path / str(len(measured))
         done = cli("run", "experiments/smoke.yaml", "--only", "baseline", "--set", "training.max_steps=10", "--set",
-                   "training.validate_every=10", "--set", "data.max_pairs=300", "--results", str(out),
+                   "training.validate_every=10", "--set", "data.max_pairs=300", "--set", "evaluation.beam_size=1",
+                   "--set", "evaluation.max_extra_len=5", "--results", str(out),
                    env=env, cores=ALL_CORES[:1])  # fmt: skip
         assert done.returncode == 0, done.stderr
         (run,) = out.glob("smoke/runs/*/seed-1")
