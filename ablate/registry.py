@@ -51,8 +51,9 @@ class Part:
 
     @classmethod
     def description(cls) -> str:
+        """The docstring's first paragraph on one line: what `ablate parts` and the schema show."""
         doc = inspect.getdoc(cls) or ""
-        return doc.splitlines()[0] if doc else ""
+        return " ".join(doc.split("\n\n")[0].split())
 
 
 @dataclass(frozen=True)

@@ -202,8 +202,9 @@ def build_model(spec: ModelSpec, src_vocab: int, tgt_vocab: int, pad_id: int = 0
 
 def init_weights(model: Transformer) -> None:
     """Xavier-uniform linear layers, each from its own shape, with zero biases (as fairseq and tensor2tensor);
-    embeddings keep N(0, 1/d_model). A projection packed into one matrix takes its bound from the packed shape
-    (ablate/parts/projections.py says what that gives each attention)."""
+    embeddings keep N(0, 1/d_model), and so does an untied output projection (`tying: none`). A projection packed
+    into one matrix takes its bound from the packed shape (ablate/parts/projections.py says what that gives each
+    attention)."""
     output = model.embeddings.output
     for module in model.modules():
         if isinstance(module, nn.Linear) and module is not output:

@@ -82,7 +82,8 @@ class NoPositions(Positions):
 
 @POSITIONS.register("rotary")
 class RotaryPositions(Positions):
-    """RoPE: rotates each pair of query and key features by an angle growing with position (Su et al. 2021)."""
+    """RoPE: rotates each pair of self-attention query and key features by an angle growing with position (Su et al.
+    2021); cross-attention is not rotated, and nothing is added to the embeddings."""
 
     class Params(PartParams):
         base: PositiveFloat = 10000.0
