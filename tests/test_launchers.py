@@ -5,6 +5,7 @@ launcher hands out their indices (CUDA_VISIBLE_DEVICES) and the workers, told to
 record what they were given and when they ran.
 """
 
+import json
 import subprocess
 import sys
 import time
@@ -15,7 +16,7 @@ import pytest
 from rich.console import Console
 
 from ablate.errors import UserError
-from ablate.rundir import JOB, RunLock
+from ablate.rundir import JOB, RESULT, RunLock
 from ablate.sweep.devices import Resources, place, resources, visible_devices
 from ablate.sweep.experiment import load_experiment
 from ablate.sweep.launchers.local import LocalLauncher, Pool, wait_for_any
@@ -36,10 +37,11 @@ def _one_thread_a_worker(monkeypatch):
 
 
 def launch(tmp_path, write, name: str, variants: str, res: Resources, model: str = "{}", memory=lambda: None,
-           held: str | None = None):  # fmt: skip
+           held: str | None = None, meanwhile=lambda jobs: None):  # fmt: skip
     """Plans, prepares and launches a small experiment on `res` with the local launcher; returns its records, in
     plan order, the table and what the progress view printed. tests/test_cores.py launches on cores with it.
-    `held`: a job (run/seed-n) whose lock this process holds during the launch, as another sweep would."""
+    `held`: a job (run/seed-n) whose lock this process holds during the launch, as another sweep would;
+    `meanwhile(jobs)`: what happens between the launch and the summary (another sweep finishing a run)."""
     path = write(f"{name}.yaml", f"""
 name: {name}
 extends: {SMOKE}
@@ -68,6 +70,7 @@ variants:
         view.close()
         if lock is not None:
             lock.release()
+    meanwhile(jobs)
     records = [r.dump() for r in collect(planned, outcomes)]  # as each result.json reads
     _, frame, _ = write_results(experiment, tmp_path / "results", planned, outcomes)
     return records, frame, log.read_text()
@@ -143,6 +146,25 @@ def test_a_job_another_sweep_took_after_planning_is_left_to_it(tmp_path, write):
     assert [(r["run"], r["status"]) for r in records] == [("baseline", "busy"), ("ff48", "completed")]
     assert "baseline/seed-1: busy: another process is training this run" in log
     assert not (job_json.parent / "worker.log").exists() and '"gpu_ids": []' in job_json.read_text()
+
+
+def test_a_run_another_sweep_finished_meanwhile_is_in_the_summary_as_it_finished(tmp_path, write):
+    """Two queues on one experiment: this one skipped baseline/seed-1 as busy, and the other finished it before
+    this one wrote its summary. The summary reads the run's result.json, not the 'busy' of the launch."""
+
+    def finish_elsewhere(jobs):
+        baseline, ff48 = (next(j for j in jobs if j.run == run) for run in ("baseline", "ff48"))
+        record = json.loads((ff48.directory / RESULT).read_text())
+        record |= {"run": "baseline", "arm": "baseline", "config_hash": baseline.config_hash}
+        (baseline.directory / RESULT).write_text(json.dumps(record))
+
+    records, frame, _ = launch(tmp_path, write, "held", "  ff48: {model.d_ff: 48}", Resources([0], 1, device="cpu"),
+                               held="baseline/seed-1", meanwhile=finish_elsewhere)  # fmt: skip
+    assert [(r["run"], r["status"]) for r in records] == [("baseline", "completed"), ("ff48", "completed")]
+    assert list(frame["status"]) == ["completed", "completed"]
+    summary = (tmp_path / "results" / "held" / "summary.md").read_text()
+    rows = [line for line in summary.splitlines() if line.startswith(("| baseline |", "| ff48 |"))]
+    assert len(rows) == 2 and all("| completed |" in row for row in rows), summary
 
 
 def test_a_failed_job_hands_its_gpu_to_the_next(tmp_path, write):

@@ -262,7 +262,11 @@ def collect(planned: list[Planned], outcomes: Outcomes) -> list[RunResult]:
     """The result of every job in plan order: this sweep's, or what the run directory held."""
     rows = []
     for p in planned:
-        result = outcomes.get(p.job.label) or read_result(p.job.directory)
+        result = outcomes.get(p.job.label)
+        if result is None or result.status == Status.BUSY:  # another process had it: it may have finished since
+            found = read_result(p.job.directory)
+            if found is not None and (found.config_hash or p.job.config_hash) == p.job.config_hash:
+                result = found
         if result is None or (result.config_hash or p.job.config_hash) != p.job.config_hash:
             resumable = checkpoint_step(p.job.directory, p.job.config_hash) is not None
             status = (Status.RUNNING_ELSEWHERE if p.action == Action.BUSY
