@@ -46,7 +46,7 @@ class Part:
     slot: ClassVar[str] = ""
 
     @classmethod
-    def check(cls, params: PartParams, *, d_model: int, heads: int, d_k: int, d_ff: int) -> None:
+    def check(cls, params: PartParams, *, d_model: int, heads: int, d_k: int, d_v: int, d_ff: int) -> None:
         """Raises SpecValueError when this part cannot work with the model's dimensions."""
 
     @classmethod

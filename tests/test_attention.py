@@ -14,23 +14,28 @@ D, H = 32, 4
 D_K = 8
 
 
-def self_attention(scaling="sqrt_dk", d_k: int = D_K, positions="none", dropout: float = 0.0) -> SelfAttention:
+def self_attention(
+    scaling="sqrt_dk", d_k: int = D_K, positions="none", dropout: float = 0.0, d_v: int | None = None
+) -> SelfAttention:
     torch.manual_seed(0)
+    d_v = d_v or d_k
     part = SCALING.build(SCALING.parse(scaling), d_model=D, heads=H, d_k=d_k)
     where = POSITIONS.build(POSITIONS.parse(positions), d_model=D)
-    full = PROJECTION.build(PROJECTION.parse("full"), d_model=D, heads=H, d_k=d_k, cross=False)
-    return SelfAttention(D, H, d_k, full, part, dropout=dropout, positions=where).eval()
+    full = PROJECTION.build(PROJECTION.parse("full"), d_model=D, heads=H, d_k=d_k, d_v=d_v, cross=False)
+    return SelfAttention(D, H, d_k, d_v, full, part, dropout=dropout, positions=where).eval()
 
 
 def by_hand(attn: SelfAttention, x: torch.Tensor, scale, normalise: bool = False) -> torch.Tensor:
+    """W^Q, W^K, W^V read as the rows of the packed matrix, (h*d_k, h*d_k, h*d_v), each head its own slice."""
     B, L, _ = x.shape
     w_qkv = attn.projection.w_qkv
-    q, k, v = (x @ w_qkv.weight.T + w_qkv.bias).split(H * attn.d_k, dim=-1)
-    q, k, v = (t.reshape(B, L, H, attn.d_k).transpose(1, 2) for t in (q, k, v))  # (B, h, L, d_k)
+    q, k, v = (x @ w_qkv.weight.T + w_qkv.bias).split((H * attn.d_k, H * attn.d_k, H * attn.d_v), dim=-1)
+    q, k = (t.reshape(B, L, H, attn.d_k).transpose(1, 2) for t in (q, k))  # (B, h, L, d_k)
+    v = v.reshape(B, L, H, attn.d_v).transpose(1, 2)  # (B, h, L, d_v)
     if normalise:
         q, k = q / q.norm(dim=-1, keepdim=True), k / k.norm(dim=-1, keepdim=True)
     weights = torch.softmax((q @ k.transpose(-1, -2)) * scale, dim=-1)
-    out = (weights @ v).transpose(1, 2).reshape(B, L, H * attn.d_k)
+    out = (weights @ v).transpose(1, 2).reshape(B, L, H * attn.d_v)
     return out @ attn.w_o.weight.T + attn.w_o.bias
 
 
@@ -57,6 +62,18 @@ def test_sqrt_dk_follows_d_k_not_d_model():
     assert attn.projection.w_qkv.out_features == 3 * H * 16
 
 
+@pytest.mark.parametrize(("d_k", "d_v"), [(4, 16), (16, 4)])
+def test_d_v_sets_the_values_and_w_o_apart_from_d_k(d_k, d_v):
+    """Table 3 row B: d_k changed, d_v kept. Scores are q.k / sqrt(d_k); each head's output is d_v wide, and W^O
+    reads h*d_v of them."""
+    attn = randomised(self_attention("sqrt_dk", d_k=d_k, d_v=d_v))
+    x = torch.randn(2, 5, D)
+    with torch.no_grad():
+        torch.testing.assert_close(attn(x), by_hand(attn, x, d_k**-0.5), atol=1e-4, rtol=1e-4)
+    assert attn.projection.w_qkv.out_features == H * (2 * d_k + d_v)
+    assert attn.w_o.in_features == H * d_v
+
+
 def test_qk_norm_is_cosine_similarity_times_learned_scale():
     attn = self_attention({"name": "qk_norm", "init_scale": 3.0})
     with torch.no_grad():
@@ -80,8 +97,8 @@ def test_causal_self_attention_equals_masked_formula():
 def test_cross_attention_reads_memory_through_key_mask():
     torch.manual_seed(0)
     part = SCALING.build(SCALING.parse("sqrt_dk"), d_model=D, heads=H, d_k=D_K)
-    full = PROJECTION.build(PROJECTION.parse("full"), d_model=D, heads=H, d_k=D_K, cross=True)
-    attn = CrossAttention(D, H, D_K, full, part, dropout=0.0).eval()
+    full = PROJECTION.build(PROJECTION.parse("full"), d_model=D, heads=H, d_k=D_K, d_v=D_K, cross=True)
+    attn = CrossAttention(D, H, D_K, D_K, full, part, dropout=0.0).eval()
     x, memory = torch.randn(1, 3, D), torch.randn(1, 6, D)
     mask = torch.tensor([True, True, True, True, False, False])[None, None, None, :]
     with torch.no_grad():

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from ablate.registry import REGISTRY
-from tests.conftest import tiny_model
+from tests.conftest import randomised, tiny_model
 
 
 @pytest.mark.parametrize("positions", list(REGISTRY["positions"].parts))
@@ -25,6 +25,21 @@ def test_cached_decoding_equals_full_recomputation(positions, placement):
             steps.append(model.decode(tgt[:, t : t + 1], memory, src_mask, cache))
         assert len(cache) == tgt.size(1)
     torch.testing.assert_close(torch.cat(steps, dim=1), full, atol=1e-5, rtol=1e-5)
+
+
+def test_cached_decoding_with_values_wider_than_keys_equals_full_recomputation():
+    """d_v apart from d_k (Table 3 row B): the cache keeps keys d_k wide and values d_v wide."""
+    model = randomised(tiny_model(d_k=4, d_v=12))
+    torch.manual_seed(2)
+    src, tgt = torch.randint(1, 50, (2, 7)), torch.randint(1, 50, (2, 6))
+    with torch.no_grad():
+        memory, src_mask = model.encode(src)
+        full = model.decode(tgt, memory, src_mask)
+        cache = model.new_cache()
+        steps = [model.decode(tgt[:, t : t + 1], memory, src_mask, cache) for t in range(tgt.size(1))]
+    (self_kv, cross_kv) = cache.layers[0]
+    assert (self_kv.k.size(-1), self_kv.v.size(-1), cross_kv.k.size(-1), cross_kv.v.size(-1)) == (4, 12, 4, 12)
+    torch.testing.assert_close(torch.cat(steps, dim=1), full, atol=1e-4, rtol=1e-4)
 
 
 def test_cross_attention_memory_is_computed_once():

@@ -36,6 +36,15 @@ def test_every_row_of_table3_yaml_matches_its_own_setting():
         assert change is not None, name
         if name in expected:
             assert change == expected[name], name
+    tied = copy.deepcopy(base)
+    tied["model"]["d_k"] = 16  # d_v follows d_k, as runs made before model.d_v did
+    assert table3_change(base, tied) == ("model.d_k", "64", "16")
+    old = copy.deepcopy(base)
+    del old["model"]["d_v"]  # a baseline stored before model.d_v: its d_v was its d_k
+    assert table3_change(old, runs["d_k=16"]) == ("model.d_k", "64", "16")
+    values = copy.deepcopy(base)
+    values["model"]["d_v"] = 32
+    assert table3_change(base, values) is None  # d_v alone: no row of Table 3 changes it
     two = copy.deepcopy(base)
     two["model"]["heads"], two["model"]["d_ff"] = 2, 1024
     assert table3_change(base, two) is None  # two settings at once match no row
@@ -121,6 +130,26 @@ def test_directions_and_agreement_from_the_intervals():
     no_intervals = frame.drop(columns=["ΔBLEU lo", "ΔBLEU hi"])
     table, notes = literature_frame(exp, no_intervals)
     assert set(table["agrees"]) == {"?"} and any(n.startswith("?:") for n in notes)
+
+
+def test_a_d_k_row_says_whether_d_v_followed_it():
+    """The paper's row B kept d_v = 64; a run whose d_v shrank with its d_k is marked, not passed off as it."""
+    runs = configs()
+    assert runs["d_k=16"]["model"]["d_v"] == 64
+    tied = copy.deepcopy(runs["d_k=16"])
+    tied["model"]["d_v"] = None
+    exp = ExperimentResults("table3", Path("."), {
+        "baseline": [job(runs["baseline"], 10.0)], "d_k=16": [job(runs["d_k=16"], 11.0)], "tied": [job(tied, 12.0)],
+    })  # fmt: skip
+    frame = pd.DataFrame([
+        {"run": "baseline", "ΔBLEU": None, "ΔBLEU lo": None, "ΔBLEU hi": None, "valid ppl": 10.0},
+        {"run": "d_k=16", "ΔBLEU": -1.0, "ΔBLEU lo": -1.5, "ΔBLEU hi": -0.5, "valid ppl": 11.0},
+        {"run": "tied", "ΔBLEU": -2.0, "ΔBLEU lo": -2.5, "ΔBLEU hi": -1.5, "valid ppl": 12.0},
+    ])  # fmt: skip
+    rows = literature_frame(exp, frame)[0].set_index("run")
+    assert rows.loc["d_k=16", "change"] == "d_k 64 → 16"
+    assert rows.loc["tied", "change"] == "d_k 64 → 16 (d_v with it)"
+    assert set(rows["row"]) == {"B"}
 
 
 def test_an_experiment_with_no_table3_change_has_no_such_table():

@@ -104,6 +104,30 @@ def test_paper_base_parameter_count_equals_closed_form():
     assert f"{expected:,}" in result.stdout
 
 
+@pytest.mark.parametrize(("d_k", "paper_millions"), [(16, 58), (32, 60)])
+def test_table3_row_b_shrinks_w_q_and_w_k_alone_as_the_paper_counts(d_k, paper_millions):
+    """Row B of the paper's Table 3 changed d_k and kept d_v = 64: 58M and 60M parameters against the base's 65M.
+    The 7M and 5M it saved are W^Q and W^K narrowed in all 18 attentions; a d_v tied to d_k would save about
+    twice that (51M and 56M)."""
+    d, vocab, attentions = 512, 37000, 6 + 2 * 6
+    saved = attentions * 2 * (d * (d - 8 * d_k) + (d - 8 * d_k))  # W^Q and W^K with their biases, 8 heads
+    base = parameter_count(ModelSpec(), vocab, vocab)
+    row_b = parameter_count(ModelSpec(d_k=d_k, d_v=64), vocab, vocab)
+    assert base - row_b == saved
+    assert round((base - row_b) / 1e6) == 65 - paper_millions
+    tied = parameter_count(ModelSpec(d_k=d_k), vocab, vocab)
+    assert base - tied == saved + attentions * (2 * d + 1) * (d - 8 * d_k)  # W^V (with its bias) and W^O narrowed too
+
+
+def test_d_v_equal_to_d_k_is_the_default_spelt_out():
+    """d_v = d_k reads as null (the default), so it is one model with one config hash."""
+    assert ModelSpec(d_v=64).d_v is None and ModelSpec(d_v=64) == ModelSpec()
+    assert ModelSpec(heads=4, d_k=16, d_v=16).d_v is None
+    spec = ModelSpec(d_k=16, d_v=64)
+    assert (spec.d_k, spec.d_v, spec.value_width) == (16, 64, 64)
+    assert ModelSpec().value_width == 64
+
+
 def test_tied_parameters_are_counted_once():
     spec = tiny_spec(tying="all")
     model = build_model(spec, 50, 50)

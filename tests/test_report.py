@@ -11,8 +11,9 @@ from html.parser import HTMLParser
 
 import pytest
 
+from ablate.config import flatten
 from ablate.report.frame import report_frame
-from ablate.report.paper import PAPER_BASE, paper_differences, value_at
+from ablate.report.paper import PAPER_BASE, paper_differences
 from ablate.report.results import load_results
 from ablate.report.significance import paired_test
 from tests.conftest import ROOT, cli
@@ -206,12 +207,16 @@ def test_the_paper_base_is_what_the_spec_defaults_and_paper_recipe_say():
 
     config = load_experiment(ROOT / "experiments" / "paper" / "base.yaml").baseline.spec.model_dump(mode="json")
     assert paper_differences(config) == []
-    for key in PAPER_BASE:
-        assert value_at(config, key) is not None, key
+    assert set(PAPER_BASE) <= set(flatten(config))  # every key is one the spec has
     del config["model"]["projection"]  # a run made before the projection slot: it had the default, `full`
+    del config["model"]["d_v"]  # a run made before d_v: it was d_k
     assert paper_differences(config) == []
     config["model"]["projection"] = "shared_per_head"
     assert [d[:3] for d in paper_differences(config)] == [("model.projection", "full", "shared_per_head")]
+    config["model"] |= {"projection": "full", "d_k": 16}  # d_v follows d_k
+    assert [d[:3] for d in paper_differences(config)] == [("model.d_k", "64", "16"), ("model.d_v", "64", "16")]
+    config["model"]["d_v"] = 64  # the paper's row B
+    assert [d[:3] for d in paper_differences(config)] == [("model.d_k", "64", "16")]
 
 
 def test_delta_bleu_intervals_cover_seeds_and_sentences(results):

@@ -134,6 +134,10 @@ def test_shared_projections_need_heads_times_dk_equal_to_d_model(write):
     assert f"{path}: model.projection: " in result.stderr and "heads * d_k = d_model" in result.stderr
     fine = write("fine.yaml", "name: fine\nmodel: {d_model: 32, heads: 4, d_k: 16}\n")  # the full projection
     assert cli("validate", str(fine)).returncode == 0
+    values = write("values.yaml", "name: v\nmodel: {d_model: 32, heads: 4, d_v: 16, projection: shared_per_head}\n")
+    result = cli("validate", str(values))
+    assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1
+    assert f"{values}: model.projection: " in result.stderr and "needs d_v = d_k, got d_v=16, d_k=8" in result.stderr
 
 
 def test_full_projection_keeps_the_initial_weights_of_the_packed_layers():

@@ -106,7 +106,7 @@ class AttentionProbe:
             self.max_logit = round(float(logits.masked_fill(~seen, -math.inf).max()), 5)
         if attention.training and attention.dropout:
             weights = F.dropout(weights, attention.dropout)
-        return weights.to(v.dtype) @ v  # (B, h, L, d_k)
+        return weights.to(v.dtype) @ v  # (B, h, L, d_v)
 
 
 @contextmanager

@@ -21,7 +21,13 @@ class ModelSpec(Section):
 
     d_model: PositiveInt = Field(512, description="width of every residual stream")
     heads: PositiveInt = Field(8, description="attention heads, h")
-    d_k: PositiveInt | None = Field(None, description="width of one head (= d_v); default d_model / heads")
+    d_k: PositiveInt | None = Field(None, description="width of one head's queries and keys; default d_model / heads")
+    d_v: PositiveInt | None = Field(
+        None,
+        description="width of one head's values, so W^O is heads * d_v wide; default (null) d_k. Table 3 row B "
+        "changed d_k alone and kept d_v = 64",
+        json_schema_extra=ADDED,
+    )
     d_ff: PositiveInt = Field(2048, description="hidden width of the feed-forward network")
     encoder_layers: PositiveInt = Field(6, description="N for the encoder")
     decoder_layers: PositiveInt = Field(6, description="N for the decoder")
@@ -55,7 +61,9 @@ class ModelSpec(Section):
                     ("heads",),
                 )
             self.d_k = self.d_model // self.heads
-        dims = {"d_model": self.d_model, "heads": self.heads, "d_k": self.d_k, "d_ff": self.d_ff}
+        if self.d_v == self.d_k:  # one model, one spelling (and one config hash): null is d_v = d_k
+            self.d_v = None
+        dims = dict(d_model=self.d_model, heads=self.heads, d_k=self.d_k, d_v=self.value_width, d_ff=self.d_ff)
         for name in PART_FIELDS:
             choice: PartSpec = getattr(self, name)
             try:
@@ -63,6 +71,12 @@ class ModelSpec(Section):
             except SpecValueError as error:
                 raise SpecValueError(error.msg, (name, *error.loc)) from None
         return self
+
+    @property
+    def value_width(self) -> int:
+        """d_v as the model is built: d_k unless set apart."""
+        assert self.d_k is not None  # set by the validator
+        return self.d_v or self.d_k
 
     def parts(self) -> dict[str, PartSpec]:
         return {name: getattr(self, name) for name in PART_FIELDS}

@@ -146,7 +146,7 @@ class Transformer(nn.Module):
 
 def build_model(spec: ModelSpec, src_vocab: int, tgt_vocab: int, pad_id: int = 0) -> Transformer:
     """Wires a Transformer from a validated model spec, a part per slot, as in Figure 1."""
-    d_model, heads, d_k = spec.d_model, spec.heads, spec.d_k
+    d_model, heads, d_k, d_v = spec.d_model, spec.heads, spec.d_k, spec.value_width
     src_positions = POSITIONS.build(spec.positions, d_model=d_model)
     tgt_positions = POSITIONS.build(spec.positions, d_model=d_model)
 
@@ -157,16 +157,18 @@ def build_model(spec: ModelSpec, src_vocab: int, tgt_vocab: int, pad_id: int = 0
         return NORM.build(spec.norm, d_model=d_model)
 
     def projection(cross: bool) -> Projection:
-        return PROJECTION.build(spec.projection, d_model=d_model, heads=heads, d_k=d_k, cross=cross)
+        return PROJECTION.build(spec.projection, d_model=d_model, heads=heads, d_k=d_k, d_v=d_v, cross=cross)
 
     def scaling() -> AttentionScaling:
         return SCALING.build(spec.scaling, d_model=d_model, heads=heads, d_k=d_k)
 
     def self_attn(positions: Positions) -> SelfAttention:
-        return SelfAttention(d_model, heads, d_k, projection(cross=False), scaling(), spec.attention_dropout, positions)
+        return SelfAttention(
+            d_model, heads, d_k, d_v, projection(cross=False), scaling(), spec.attention_dropout, positions
+        )
 
     def cross_attn() -> CrossAttention:
-        return CrossAttention(d_model, heads, d_k, projection(cross=True), scaling(), spec.attention_dropout)
+        return CrossAttention(d_model, heads, d_k, d_v, projection(cross=True), scaling(), spec.attention_dropout)
 
     def feed_forward() -> FeedForward:
         return FEEDFORWARD.build(spec.feedforward, d_model=d_model, d_ff=spec.d_ff, dropout=spec.activation_dropout)

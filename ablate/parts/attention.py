@@ -94,7 +94,7 @@ class QKNorm(AttentionScaling):
 
 @dataclass
 class KV:
-    """Keys and values kept between decoding steps, each (B, h, M, d_k)."""
+    """Keys (B, h, M, d_k) and values (B, h, M, d_v) kept between decoding steps."""
 
     k: Tensor | None = None
     v: Tensor | None = None
@@ -116,21 +116,29 @@ class Probe(Protocol):
 
 
 class Attention(nn.Module):
-    """Multi-head attention (§3.2.2): h heads of width d_k = d_v, concatenated and projected back to d_model."""
+    """Multi-head attention (§3.2.2): h heads, each of queries and keys d_k wide and values d_v wide, their
+    outputs concatenated (h*d_v) and projected back to d_model by W^O."""
 
     def __init__(
-        self, d_model: int, heads: int, d_k: int, projection: Projection, scaling: AttentionScaling, dropout: float
+        self,
+        d_model: int,
+        heads: int,
+        d_k: int,
+        d_v: int,
+        projection: Projection,
+        scaling: AttentionScaling,
+        dropout: float,
     ):
         super().__init__()
-        self.heads, self.d_k, self.dropout = heads, d_k, dropout
+        self.heads, self.d_k, self.d_v, self.dropout = heads, d_k, d_v, dropout
         self.scaling = scaling
-        self.w_o = nn.Linear(heads * d_k, d_model)
+        self.w_o = nn.Linear(heads * d_v, d_model)
         # After w_o: init_weights draws in module order, and the committed results need the same initial weights.
         self.projection = projection
         self.probe: Probe | None = None  # set by ablate.model.diagnostics for the steps it measures
 
     def split_heads(self, x: Tensor) -> Tensor:
-        return x.unflatten(-1, (self.heads, self.d_k)).transpose(1, 2)  # (B, L, h*d_k) -> (B, h, L, d_k)
+        return x.unflatten(-1, (self.heads, -1)).transpose(1, 2)  # (B, L, h*d) -> (B, h, L, d), d = d_k or d_v
 
     def attend(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, is_causal: bool = False) -> Tensor:
         q, k, scale = self.scaling(q, k)
@@ -145,8 +153,8 @@ class Attention(nn.Module):
                 is_causal=is_causal,
                 scale=scale,
                 dropout_p=self.dropout if self.training else 0.0,
-            )  # (B, h, L, d_k)
-        return self.w_o(out.transpose(1, 2).flatten(2))  # (B, L, h*d_k) -> (B, L, d_model)
+            )  # (B, h, L, d_v)
+        return self.w_o(out.transpose(1, 2).flatten(2))  # (B, L, h*d_v) -> (B, L, d_model)
 
 
 class SelfAttention(Attention):
@@ -157,22 +165,23 @@ class SelfAttention(Attention):
         d_model: int,
         heads: int,
         d_k: int,
+        d_v: int,
         projection: Projection,
         scaling: AttentionScaling,
         dropout: float,
         positions: Positions,
     ):
-        super().__init__(d_model, heads, d_k, projection, scaling, dropout)
+        super().__init__(d_model, heads, d_k, d_v, projection, scaling, dropout)
         self.positions = positions
 
     def forward(self, x: Tensor, mask: Tensor | None = None, causal: bool = False, cache: KV | None = None) -> Tensor:
         """x: (B, L, d_model); mask: (B, 1, 1, M) bool, True where a key may be attended to."""
         offset = len(cache) if cache is not None else 0
-        q, k, v = (self.split_heads(t) for t in self.projection(x))  # (B, h, L, d_k) each
+        q, k, v = (self.split_heads(t) for t in self.projection(x))  # (B, h, L, d_k); v: (B, h, L, d_v)
         q, k = self.positions.rotate(q, offset), self.positions.rotate(k, offset)
         if cache is not None:
             if offset:
-                k, v = torch.cat((cache.k, k), dim=2), torch.cat((cache.v, v), dim=2)  # (B, h, offset+L, d_k)
+                k, v = torch.cat((cache.k, k), dim=2), torch.cat((cache.v, v), dim=2)  # (B, h, offset+L, d_k or d_v)
             cache.k, cache.v = k, v
         length = x.size(1)
         is_causal = causal and length > 1 and offset == 0
@@ -190,7 +199,7 @@ class CrossAttention(Attention):
         if cache is not None and cache.k is not None:
             k, v = cache.k, cache.v
         else:
-            k, v = (self.split_heads(t) for t in self.projection.keys_values(memory))  # (B, h, S, d_k) each
+            k, v = (self.split_heads(t) for t in self.projection.keys_values(memory))  # (B, h, S, d_k), (B, h, S, d_v)
             if cache is not None:
                 cache.k, cache.v = k, v
         return self.attend(q, k, v, mask)

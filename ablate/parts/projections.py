@@ -1,7 +1,8 @@
 """The input projections of multi-head attention: how each head's queries, keys and values are made (§3.2.2).
 
-Shapes: B batch, L length, h heads, d_k width of a head. A projection gives q, k and v as
-(B, L, h*d_k), heads side by side; the attention module splits them into heads.
+Shapes: B batch, L length, h heads, d_k width of a head's queries and keys, d_v of its values. A projection
+gives q and k as (B, L, h*d_k) and v as (B, L, h*d_v), heads side by side; the attention module splits them
+into heads.
 """
 
 from __future__ import annotations
@@ -13,15 +14,15 @@ from ablate.registry import Part, PartParams, slot
 
 
 class Projection(Part, nn.Module):
-    """Base: makes q, k, v (B, L, h*d_k) for one attention module, self-attention's or cross-attention's.
+    """Base: makes q, k (B, L, h*d_k) and v (B, L, h*d_v) for one attention module, self- or cross-attention's.
 
     Self-attention calls the module on its input x; cross-attention calls `queries` on the decoder's
     x and `keys_values` on the encoder's memory, apart, so that the memory's k and v are made once.
     """
 
-    def __init__(self, d_model: int, heads: int, d_k: int, cross: bool):
+    def __init__(self, d_model: int, heads: int, d_k: int, d_v: int, cross: bool):
         super().__init__()
-        self.d_model, self.heads, self.d_k = d_model, heads, d_k
+        self.d_model, self.heads, self.d_k, self.d_v = d_model, heads, d_k, d_v
 
     def forward(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:  # x: (B, L, d_model), self-attention
         raise NotImplementedError
@@ -41,29 +42,30 @@ class FullProjection(Projection):
     """Each head's q, k and v projected from all of d_model by its own matrices, the paper's (§3.2.2), with
     biases (the paper writes none; fairseq's have them)."""
 
-    def __init__(self, d_model: int, heads: int, d_k: int, cross: bool):
-        super().__init__(d_model, heads, d_k, cross)
+    def __init__(self, d_model: int, heads: int, d_k: int, d_v: int, cross: bool):
+        super().__init__(d_model, heads, d_k, d_v, cross)
         # W^Q, W^K, W^V of all h heads packed into one matrix: one matmul instead of 3h. Cross-attention
         # keeps W^Q apart, since the memory's k and v are made once and cached. The packing sets the initial
-        # scale too: init_weights draws each nn.Linear from Xavier-uniform of its own shape, so (h·d_k = d_model)
-        # self-attention's W^QKV starts within ±√(6 / 4d_model), as fairseq's separate matrices with their gain
+        # scale too: init_weights draws each nn.Linear from Xavier-uniform of its own shape, so (h·d_k = h·d_v =
+        # d_model) self-attention's W^QKV starts within ±√(6 / 4d_model), as fairseq's separate matrices with their gain
         # of 1/√2, and cross-attention's W^Q within ±√(6 / 2d_model), its W^KV within ±√(6 / 3d_model).
         if cross:
             self.w_q = nn.Linear(d_model, heads * d_k)
-            self.w_kv = nn.Linear(d_model, 2 * heads * d_k)
+            self.w_kv = nn.Linear(d_model, heads * (d_k + d_v))
         else:
-            self.w_qkv = nn.Linear(d_model, 3 * heads * d_k)
+            self.w_qkv = nn.Linear(d_model, heads * (2 * d_k + d_v))
 
     def forward(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        q, k, v = self.w_qkv(x).chunk(3, dim=-1)  # (B, L, 3*h*d_k) -> (B, L, h*d_k) each
+        width = self.heads * self.d_k
+        q, k, v = self.w_qkv(x).split((width, width, self.heads * self.d_v), dim=-1)  # (B, L, h*(2d_k + d_v))
         return q, k, v
 
     def queries(self, x: Tensor) -> Tensor:
         return self.w_q(x)  # (B, L, h*d_k)
 
     def keys_values(self, memory: Tensor) -> tuple[Tensor, Tensor]:
-        k, v = self.w_kv(memory).chunk(2, dim=-1)  # (B, S, 2*h*d_k) -> (B, S, h*d_k) each
-        return k, v
+        k, v = self.w_kv(memory).split((self.heads * self.d_k, self.heads * self.d_v), dim=-1)
+        return k, v  # (B, S, h*d_k), (B, S, h*d_v)
 
 
 @PROJECTION.register("shared_per_head")
@@ -72,21 +74,27 @@ class SharedPerHeadProjection(Projection):
     shared by all heads, no bias; the paper projects each head from all of d_model with its own matrices (§3.2.2).
 
     Three d_k x d_k matrices in all (q, k, v), against the paper's three d_model x h*d_k: a head sees only
-    d_k of the d_model features, and every head looks at its slice the same way. Needs h*d_k = d_model.
+    d_k of the d_model features, and every head looks at its slice the same way. Needs h*d_k = d_model and
+    d_v = d_k.
     """
 
-    def __init__(self, d_model: int, heads: int, d_k: int, cross: bool):
-        super().__init__(d_model, heads, d_k, cross)
+    def __init__(self, d_model: int, heads: int, d_k: int, d_v: int, cross: bool):
+        super().__init__(d_model, heads, d_k, d_v, cross)
         self.w_q = nn.Linear(d_k, d_k, bias=False)
         self.w_k = nn.Linear(d_k, d_k, bias=False)
         self.w_v = nn.Linear(d_k, d_k, bias=False)
 
     @classmethod
-    def check(cls, params: PartParams, *, d_model: int, heads: int, d_k: int, **dims: int) -> None:
+    def check(cls, params: PartParams, *, d_model: int, heads: int, d_k: int, d_v: int, **dims: int) -> None:
         if heads * d_k != d_model:
             raise SpecValueError(
                 f"projection 'shared_per_head' cuts d_model into the heads' slices and needs heads * d_k = d_model, "
                 f"got {heads} * {d_k} != {d_model}"
+            )
+        if d_v != d_k:
+            raise SpecValueError(
+                f"projection 'shared_per_head' makes a head's values from its d_k-wide slice and needs d_v = d_k, "
+                f"got d_v={d_v}, d_k={d_k}"
             )
 
     def per_head(self, w: nn.Linear, x: Tensor) -> Tensor:

@@ -2,12 +2,14 @@
 with the paper's change in the same direction and whether ours agrees.
 
 A run matches when its resolved spec differs from its reference (the baseline) in exactly one such
-setting (d_k = d_model / heads following heads or d_model counts as no change of its own; `layers` is
-the encoder's and decoder's depth changed together). Our base is not the paper's, so the paper's
-row is chosen by direction: among the values the paper tried on the same side of its base, the one
-whose ratio to the paper's base is nearest ours to our baseline (on a tie, the one that is our value;
-where a value is 0, the paper's row of that value). The paper's change is that row against its base
-model.
+setting (d_k = d_model / heads following heads or d_model counts as no change of its own, nor does a d_v
+that is d_k on both sides following d_k; `layers` is the encoder's and decoder's depth changed together).
+The paper's row B kept d_v = 64; a run whose d_v followed its d_k says so in its `change`.
+
+Our base is not the paper's, so the paper's row is chosen by direction: among the values the paper
+tried on the same side of its base, the one whose ratio to the paper's base is nearest ours to our
+baseline (on a tie, the one that is our value; where a value is 0, the paper's row of that value). The
+paper's change is that row against its base model.
 
 A direction is `better`, `worse` or `≈`: the paper's when its BLEU moved by more than 0.1 (the
 precision it reports), ours when the 95% interval of ΔBLEU (ablate.report.significance: paired bootstrap
@@ -22,7 +24,7 @@ from typing import Any
 import pandas as pd
 
 from ablate.config import flatten
-from ablate.report.paper import TABLE3, TABLE3_BASE
+from ablate.report.paper import TABLE3, TABLE3_BASE, value_width
 from ablate.report.results import ExperimentResults
 from ablate.report.significance import POWER_NOTE
 from ablate.rundir import BOOKKEEPING
@@ -33,14 +35,25 @@ COLUMNS = ["run", "row", "change", "paper", "paper ΔBLEU", "paper ΔPPL", "pape
            "ΔBLEU hi", "ΔPPL", "we find", "agrees", "seeds for 80%"]  # fmt: skip
 
 
+def widths(config: dict[str, Any]) -> dict[str, str]:
+    """A config's dotted keys, d_v as the run was built (a null d_v, or none stored, is d_k)."""
+    return flatten(config) | {"model.d_v": str(value_width(config))}
+
+
+def tied(flat: dict[str, str]) -> bool:  # d_v is d_k
+    return flat["model.d_v"] == flat["model.d_k"]
+
+
 def table3_change(base: dict[str, Any], config: dict[str, Any]) -> tuple[str, str, str] | None:
     """(Table 3 setting, the baseline's value, this run's) when the run changes that setting alone."""
-    a, b = flatten(base), flatten(config)
+    a, b = widths(base), widths(config)
     changed = {k for k in a.keys() | b.keys() if a.get(k) != b.get(k) and k not in IGNORED}
 
     def follows(flat: dict[str, str]) -> bool:  # d_k is d_model / heads: it followed them
         return int(flat["model.d_k"]) == int(flat["model.d_model"]) // int(flat["model.heads"])
 
+    if "model.d_v" in changed and "model.d_k" in changed and tied(a) and tied(b):
+        changed.discard("model.d_v")  # d_v followed d_k
     if "model.d_k" in changed and changed & {"model.heads", "model.d_model"} and follows(a) and follows(b):
         changed.discard("model.d_k")
     depth = {"model.encoder_layers", "model.decoder_layers"}
@@ -104,8 +117,9 @@ def literature_frame(exp: ExperimentResults, frame: pd.DataFrame) -> tuple[pd.Da
         ours = direction(low, high)
         says = paper_direction(row[1] - base[1])
         name = "N" if key == "layers" else key.split(".")[-1]
+        also = " (d_v with it)" if key == "model.d_k" and tied(widths(jobs[0].config)) else ""
         rows.append({
-            "run": run, "row": TABLE3[key][0], "change": f"{name} {ours_from} → {ours_to}",
+            "run": run, "row": TABLE3[key][0], "change": f"{name} {ours_from} → {ours_to}{also}",
             "paper": f"{name} {base[0]} → {row[0]}: {base[1]} → {row[1]} BLEU",
             "paper ΔBLEU": round(row[1] - base[1], 2), "paper ΔPPL": round(row[2] - base[2], 2), "paper says": says,
             "ΔBLEU": mine.get("ΔBLEU"), "ΔBLEU lo": low, "ΔBLEU hi": high,

@@ -18,6 +18,7 @@ PAPER_BASE: dict[str, tuple[Any, str]] = {
     "model.d_model": (512, "Table 3, base"),
     "model.heads": (8, "§3.2.2"),
     "model.d_k": (64, "§3.2.2"),
+    "model.d_v": (64, "§3.2.2"),
     "model.d_ff": (2048, "§3.3"),
     "model.encoder_layers": (6, "§3.1"),
     "model.decoder_layers": (6, "§3.1"),
@@ -53,11 +54,17 @@ def value_at(config: dict[str, Any], key: str) -> Any:
     return node
 
 
+def value_width(config: dict[str, Any]) -> Any:
+    """d_v as the run was built: null, or missing from a config stored before d_v existed, is d_k."""
+    d_v = value_at(config, "model.d_v")
+    return value_at(config, "model.d_k") if d_v is None else d_v
+
+
 def paper_differences(config: dict[str, Any]) -> list[tuple[str, str, str, str]]:
     """(key, the paper's value, this run's value, the paper's section) wherever a resolved spec departs."""
     out = []
     for key, (paper, where) in PAPER_BASE.items():
-        value = value_at(config, key)
+        value = value_width(config) if key == "model.d_v" else value_at(config, key)
         if value is None and tuple(key.split(".")) in ADDED:  # a run made before the key existed had its default
             value = ADDED[tuple(key.split("."))]
         if show(value) != show(paper):
@@ -68,7 +75,8 @@ def paper_differences(config: dict[str, Any]) -> list[tuple[str, str, str, str]]
 # Vaswani et al. 2017, Table 3 (WMT14 en->de, newstest2013 dev, 100K steps): for each setting the
 # paper varied one at a time, its row and every value it tried, with dev BLEU and perplexity, the base
 # model's value among them. `layers` is N, the encoder's and the decoder's depth together; row A keeps
-# h x d_k = d_model, as `model.heads` alone does here (d_k = d_model / heads).
+# h x d_k = h x d_v = d_model, as `model.heads` alone does here (d_k = d_model / heads, d_v = d_k); row B
+# changed d_k alone and kept d_v = 64 (its 58M and 60M parameters say so), as `model.d_v` set apart does.
 TABLE3: dict[str, tuple[str, list[tuple[Any, float, float]]]] = {
     "model.heads": ("A", [(1, 24.9, 5.29), (4, 25.5, 5.00), (8, 25.8, 4.92), (16, 25.8, 4.91), (32, 25.4, 5.01)]),
     "model.d_k": ("B", [(16, 25.1, 5.16), (32, 25.4, 5.01), (64, 25.8, 4.92)]),
