@@ -105,6 +105,22 @@ def test_cross_attention_reads_memory_through_key_mask():
         torch.testing.assert_close(attn(x, memory, mask), attn(x, memory[:, :4], None), atol=1e-5, rtol=1e-5)
 
 
+def test_cross_attention_with_d_v_apart_from_d_k_equals_the_formula():
+    """Queries from x through W^Q, keys and values from the memory through the packed W^KV (h*d_k, then h*d_v),
+    softmax(q.k / sqrt(d_k)) v per head, W^O over h*d_v; every parameter randomised."""
+    d_k, d_v = 4, 12
+    part = SCALING.build(SCALING.parse("sqrt_dk"), d_model=D, heads=H, d_k=d_k)
+    full = PROJECTION.build(PROJECTION.parse("full"), d_model=D, heads=H, d_k=d_k, d_v=d_v, cross=True)
+    attn = randomised(CrossAttention(D, H, d_k, d_v, full, part, dropout=0.0).eval())
+    x, memory = torch.randn(2, 3, D), torch.randn(2, 6, D)
+    q = (x @ full.w_q.weight.T + full.w_q.bias).reshape(2, 3, H, d_k).transpose(1, 2)
+    k, v = (memory @ full.w_kv.weight.T + full.w_kv.bias).split((H * d_k, H * d_v), dim=-1)
+    k, v = k.reshape(2, 6, H, d_k).transpose(1, 2), v.reshape(2, 6, H, d_v).transpose(1, 2)
+    out = (torch.softmax(q @ k.transpose(-1, -2) / math.sqrt(d_k), dim=-1) @ v).transpose(1, 2).reshape(2, 3, -1)
+    with torch.no_grad():
+        torch.testing.assert_close(attn(x, memory, None), out @ attn.w_o.weight.T + attn.w_o.bias, atol=1e-4, rtol=1e-4)
+
+
 def test_on_the_cpu_bf16_attention_is_computed_in_fp32():
     """Under bf16 autocast, `sdpa` is the exact attention of its bf16 inputs rounded once to bf16 (fp32 inside),
     and gradients flow; fp32 inputs without autocast take torch's kernel unchanged."""

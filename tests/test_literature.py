@@ -45,6 +45,12 @@ def test_every_row_of_table3_yaml_matches_its_own_setting():
     values = copy.deepcopy(base)
     values["model"]["d_v"] = 32
     assert table3_change(base, values) is None  # d_v alone: no row of Table 3 changes it
+    pinned = copy.deepcopy(runs["heads=8"])
+    pinned["model"]["d_v"] = 64  # d_k followed the heads, d_v did not: not the paper's row A
+    assert table3_change(base, pinned) is None
+    wide = copy.deepcopy(runs["d_model=512"])
+    wide["model"]["d_v"] = 64
+    assert table3_change(base, wide) is None
     two = copy.deepcopy(base)
     two["model"]["heads"], two["model"]["d_ff"] = 2, 1024
     assert table3_change(base, two) is None  # two settings at once match no row
@@ -146,10 +152,18 @@ def test_a_d_k_row_says_whether_d_v_followed_it():
         {"run": "d_k=16", "ΔBLEU": -1.0, "ΔBLEU lo": -1.5, "ΔBLEU hi": -0.5, "valid ppl": 11.0},
         {"run": "tied", "ΔBLEU": -2.0, "ΔBLEU lo": -2.5, "ΔBLEU hi": -1.5, "valid ppl": 12.0},
     ])  # fmt: skip
-    rows = literature_frame(exp, frame)[0].set_index("run")
+    table, notes = literature_frame(exp, frame)
+    rows = table.set_index("run")
     assert rows.loc["d_k=16", "change"] == "d_k 64 → 16"
     assert rows.loc["tied", "change"] == "d_k 64 → 16 (d_v with it)"
     assert set(rows["row"]) == {"B"}
+    assert any(n.startswith("(d_v with it): ") for n in notes)
+    narrow = copy.deepcopy(runs["baseline"])
+    narrow["model"]["d_v"] = 16  # d_v already 16 in the baseline: a d_k of 16 leaves it as it was
+    exp = ExperimentResults("table3", Path("."), {"baseline": [job(narrow, 10.0)], "tied": [job(tied, 12.0)]})
+    table, notes = literature_frame(exp, frame[frame["run"] != "d_k=16"])
+    assert table["change"].tolist() == ["d_k 64 → 16"]
+    assert not any(n.startswith("(d_v with it)") for n in notes)
 
 
 def test_an_experiment_with_no_table3_change_has_no_such_table():

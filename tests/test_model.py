@@ -125,7 +125,19 @@ def test_d_v_equal_to_d_k_is_the_default_spelt_out():
     assert ModelSpec(heads=4, d_k=16, d_v=16).d_v is None
     spec = ModelSpec(d_k=16, d_v=64)
     assert (spec.d_k, spec.d_v, spec.value_width) == (16, 64, 64)
-    assert ModelSpec().value_width == 64
+
+
+def test_every_attention_of_the_model_is_built_with_d_k_and_d_v_apart():
+    """build_model's wiring: each attention's scores scaled by 1/sqrt(d_k) (never d_v), its values d_v wide, and
+    W^O reading h*d_v, in the encoder, the decoder's self-attention and its cross-attention."""
+    model = tiny_model(d_k=4, d_v=12)
+    attentions = [layer.self_attn for layer in model.encoder.layers]
+    attentions += [a for layer in model.decoder.layers for a in (layer.self_attn, layer.cross_attn)]
+    assert len(attentions) == 3 * N
+    q, k = torch.randn(1, H, 3, 4), torch.randn(1, H, 3, 4)
+    for attn in attentions:
+        assert (attn.d_k, attn.d_v, attn.w_o.in_features) == (4, 12, H * 12)
+        assert attn.scaling(q, k)[2] == 4**-0.5
 
 
 def test_tied_parameters_are_counted_once():

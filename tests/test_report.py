@@ -13,7 +13,7 @@ import pytest
 
 from ablate.config import flatten
 from ablate.report.frame import report_frame
-from ablate.report.paper import PAPER_BASE, paper_differences
+from ablate.report.paper import PAPER_BASE, paper_differences, value_at
 from ablate.report.results import load_results
 from ablate.report.significance import paired_test
 from tests.conftest import ROOT, cli
@@ -207,7 +207,8 @@ def test_the_paper_base_is_what_the_spec_defaults_and_paper_recipe_say():
 
     config = load_experiment(ROOT / "experiments" / "paper" / "base.yaml").baseline.spec.model_dump(mode="json")
     assert paper_differences(config) == []
-    assert set(PAPER_BASE) <= set(flatten(config))  # every key is one the spec has
+    assert set(PAPER_BASE) <= set(flatten(config))  # every key is one the spec has, and set but d_v (null: d_k)
+    assert [key for key in PAPER_BASE if value_at(config, key) is None] == ["model.d_v"]
     del config["model"]["projection"]  # a run made before the projection slot: it had the default, `full`
     del config["model"]["d_v"]  # a run made before d_v: it was d_k
     assert paper_differences(config) == []

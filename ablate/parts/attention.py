@@ -1,6 +1,7 @@
 """Multi-head attention (§3.2) and the scaling of its dot products, the axis the tutorials got wrong.
 
-Shapes: B batch, L query length, M key length, h heads, d_k width of a head.
+Shapes: B batch, L query length, M key length, h heads, d_k width of a head's queries and keys, d_v of its
+values (model.d_v, d_k unless set apart).
 The q, k, v projections are a part of their own (ablate.parts.projections).
 Every variant runs through F.scaled_dot_product_attention with an explicit `scale`,
 so each gets the fused kernels (`sdpa`: in fp32 on the CPU, where bf16's kernel is slow).
@@ -137,8 +138,8 @@ class Attention(nn.Module):
         self.projection = projection
         self.probe: Probe | None = None  # set by ablate.model.diagnostics for the steps it measures
 
-    def split_heads(self, x: Tensor) -> Tensor:
-        return x.unflatten(-1, (self.heads, -1)).transpose(1, 2)  # (B, L, h*d) -> (B, h, L, d), d = d_k or d_v
+    def split_heads(self, x: Tensor, width: int) -> Tensor:
+        return x.unflatten(-1, (self.heads, width)).transpose(1, 2)  # (B, L, h*width) -> (B, h, L, width)
 
     def attend(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, is_causal: bool = False) -> Tensor:
         q, k, scale = self.scaling(q, k)
@@ -177,7 +178,8 @@ class SelfAttention(Attention):
     def forward(self, x: Tensor, mask: Tensor | None = None, causal: bool = False, cache: KV | None = None) -> Tensor:
         """x: (B, L, d_model); mask: (B, 1, 1, M) bool, True where a key may be attended to."""
         offset = len(cache) if cache is not None else 0
-        q, k, v = (self.split_heads(t) for t in self.projection(x))  # (B, h, L, d_k); v: (B, h, L, d_v)
+        q, k, v = self.projection(x)
+        q, k, v = self.split_heads(q, self.d_k), self.split_heads(k, self.d_k), self.split_heads(v, self.d_v)
         q, k = self.positions.rotate(q, offset), self.positions.rotate(k, offset)
         if cache is not None:
             if offset:
@@ -195,11 +197,12 @@ class CrossAttention(Attention):
 
     def forward(self, x: Tensor, memory: Tensor, mask: Tensor | None, cache: KV | None = None) -> Tensor:
         """x: (B, L, d_model); memory: (B, S, d_model); mask: (B, 1, 1, S) bool."""
-        q = self.split_heads(self.projection.queries(x))  # (B, h, L, d_k)
+        q = self.split_heads(self.projection.queries(x), self.d_k)  # (B, h, L, d_k)
         if cache is not None and cache.k is not None:
             k, v = cache.k, cache.v
         else:
-            k, v = (self.split_heads(t) for t in self.projection.keys_values(memory))  # (B, h, S, d_k), (B, h, S, d_v)
+            k, v = self.projection.keys_values(memory)
+            k, v = self.split_heads(k, self.d_k), self.split_heads(v, self.d_v)  # (B, h, S, d_k), (B, h, S, d_v)
             if cache is not None:
                 cache.k, cache.v = k, v
         return self.attend(q, k, v, mask)
