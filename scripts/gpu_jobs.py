@@ -20,13 +20,19 @@ trained before this, and their records do not say so).
 Up to --max-running jobs train at once, in the order given. Every --interval seconds the script looks at the
 steps each job has trained (metrics.jsonl). After --settle seconds, when the steps the running jobs have left
 exceed what they train together before the deadline (less --reserve for the averaging and decoding after the
-last step), the least advanced are stopped (Ctrl-C: each saves its checkpoint), so that the rest finish; that
-rule is scripts/gpu_queues.py's. A waiting job starts in a free slot only while the slowest job that completed
-so far would still finish before the deadline (a run that diverged in a minute says nothing of a run's time).
-Plain output, one line a look; each job's own output goes to DIR/../EXP-RUN-N.log.
+last step), the least advanced is stopped (Ctrl-C: it saves its checkpoint), so that the rest finish: one job a
+look, none while a job pauses to decode or validate, and the next no sooner than a minute later, when the rates
+are the new mix's (scripts/gpu_queues.py's beyond_time says why). A waiting job starts in a free slot only while
+the slowest job that completed so far would still finish before the deadline (a run that diverged in a minute
+says nothing of a run's time). Plain output, one line a look; each job's own output goes to DIR/../EXP-RUN-N.log.
 
-Used on a lent H200 on 2026-11-26 (results/h200/README.md, second lease: the command, what it trained, and what
-went wrong).
+Size --max-running to the window rather than leave it to the rule: a capped converged run is 8,000 steps and
+about 100 s of start-up, validations and decoding, and on the third lease 14 jobs at once trained 170-220 steps
+a second in all, 4 at once 60-90, one alone about 26. A stopped job resumes from its checkpoint on the same
+machine (the same command again); the checkpoints do not come back from a lent one.
+
+Used on a lent H200 on 2026-11-26 and 2026-11-27 (results/h200/README.md, second and third leases: the commands,
+what they trained, and what went wrong).
 """
 
 from __future__ import annotations
@@ -40,7 +46,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from gpu_queues import Job, beyond_time, last_step
+from gpu_queues import GAP, Job, beyond_time, last_step
 
 from ablate import rundir
 from ablate.record import Status
@@ -92,7 +98,7 @@ def main() -> int:
         launch(*pending.pop(0))
         time.sleep(1.5)  # their start-ups (imports, CUDA) spread out
     print(f"{len(procs)} jobs started, {len(pending)} waiting", flush=True)
-    start, jobs, stopped, timed, took = time.time(), {}, set(), set(), []
+    start, jobs, stopped, timed, took, last_stop = time.time(), {}, set(), set(), [], 0.0
 
     while time.time() < args.until:
         time.sleep(args.interval)
@@ -124,10 +130,11 @@ def main() -> int:
             running += 1
         if running == 0:
             break
-        if now - start < args.settle:
+        if now - start < args.settle or now - last_stop < GAP:
             continue
         started = [job for job in current if job.step > 0]  # one still starting has no rate yet: never stopped
         for job in beyond_time(started, args.until - now - args.reserve):
+            last_stop = now
             name = next(n for n, j in jobs.items() if j is job)
             print(f"  stopping {name}: it cannot finish before the deadline", flush=True)
             os.killpg(procs[name].pid, signal.SIGINT)
