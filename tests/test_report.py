@@ -320,3 +320,23 @@ def test_verdicts_follow_the_interval_and_the_declared_margin(results, tmp_path)
     (tmp_path / "rep" / "design.json").write_text('{"margin": 2.5, "seeds": [1, 2], "first": 2}')
     assert f"The margin: declared in {tmp_path / 'rep' / 'design.json'}." in report(tmp_path / "rep", "--format",
                                                                                     "md", "--no-files")  # fmt: skip
+
+
+def test_delta_bleu_is_the_difference_of_the_means_rounded_once(tmp_path):
+    """heads' converged 2 heads against its baseline: means 38.2967 and 38.5533, ΔBLEU -0.2567. The difference of
+    the rounded means (38.30 - 38.55) read -0.25 in the main table, where the budget table's interval said -0.26."""
+    from ablate.record import RunResult, Score, Status
+    from ablate.report.results import from_records
+
+    def record(run, seed, bleu):
+        score = Score(bleu=bleu, chrf=60.0, bleu_signature="-", chrf_signature="-")
+        return RunResult(run=run, seed=seed, status=Status.COMPLETED, scores={"test": score})
+
+    runs = [*(record("baseline", s, b) for s, b in zip((1, 2, 3), (38.76, 38.66, 38.24), strict=True)),
+            *(record("heads=2", s, b) for s, b in zip((1, 2, 3), (38.41, 38.40, 38.08), strict=True)),
+            *(record("same", s, b) for s, b in zip((1, 2, 3), (38.76, 38.66, 38.24), strict=True))]  # fmt: skip
+    frame, _ = report_frame(from_records("e", tmp_path, runs), "none")
+    rows = frame.set_index("run")
+    assert rows.loc["heads=2", "BLEU"] == 38.30 and rows.loc["baseline", "BLEU"] == 38.55
+    assert rows.loc["heads=2", "ΔBLEU"] == -0.26
+    assert str(rows.loc["same", "ΔBLEU"]) == "0.0"  # not -0.0
