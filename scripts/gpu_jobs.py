@@ -27,7 +27,8 @@ the slowest job that completed so far would still finish before the deadline (a 
 says nothing of a run's time). Plain output, one line a look; each job's own output goes to DIR/../EXP-RUN-N.log.
 
 Size --max-running to the window rather than leave it to the rule: a capped converged run is 8,000 steps and
-about 100 s of start-up, validations and decoding, and on the third lease 14 jobs at once trained about 160-220
+about 120 s more of start-up, averaging and decoding (its wall time less its training time, which holds its
+validations), and on the third lease 14 jobs at once trained about 160-220
 steps a second in all, 4 at once 50-90, and table3's layers=2 (2+2 layers) alone about 26. A stopped job resumes
 from its checkpoint on the same machine (the same command again); the checkpoints do not come back from a lent
 one.
