@@ -110,3 +110,23 @@ def test_averaging_changes_the_config_hash_only_when_on():
     other = json.loads(json.dumps(averaged))
     other["training"]["checkpoint_every"] = 8
     assert len({config_hash(spec), config_hash(averaged), config_hash(other)}) == 3  # now what is averaged counts
+
+
+def test_epoch_checkpoints_average_the_last_whole_passes_through_the_cli(tmp_path):
+    """fairseq's --num-epoch-checkpoints: with `checkpoint_every: epoch` the run averages the weights of the last
+    passes' ends, read here from the epoch each step logged, and not the partial pass a step cap cuts off."""
+    args = [str(SMOKE), "--only", "baseline", "--set", "training.max_steps=45", "--set", "training.validate_every=epoch",
+            "--set", "training.checkpoint_every=epoch", "--set", "evaluation.average_checkpoints=2",
+            "--set", "data.max_pairs=600", "--set", "evaluation.beam_size=1", "--set", "evaluation.max_extra_len=5", "--results", str(tmp_path),
+            "--threads-per-run", "1"]  # fmt: skip
+    run = cli("run", *args)
+    assert run.returncode == 0, run.stderr
+    directory = tmp_path / "smoke" / "runs" / "baseline" / "seed-1"
+    records = [json.loads(line) for line in (directory / "metrics.jsonl").open()]
+    epoch_of = {r["step"]: r["epoch"] for r in records if "loss" in r}
+    ends = [s for s in sorted(epoch_of) if s + 1 in epoch_of and epoch_of[s + 1] == epoch_of[s] + 1]
+    assert len(ends) >= 2 and epoch_of[45] == epoch_of[44]  # two passes, and the cap falls inside a third
+    validated = [r["step"] for r in records if "valid_loss" in r and 0 < r["step"] < 45]
+    assert validated == ends
+    result = json.loads((directory / "result.json").read_text())
+    assert result["averaged_steps"] == ends[-2:]

@@ -111,3 +111,37 @@ def test_every_adam_kernel_makes_the_same_update():
     assert losses["default"][-1] < losses["default"][0] - 0.3  # it learned: the updates were not all zero
     apart = (weights["fused"] - weights["default"]).abs() > 1e-5
     assert apart.float().mean() < 0.01
+
+
+def epoch_ends(t, data, epochs):
+    """The step at which each of the first `epochs` passes ends, from the trainer's own batching."""
+    ends, step = [], 0
+    for epoch in range(epochs):
+        step += len(t.updates(data, epoch))
+        ends.append(step)
+    return ends
+
+
+def test_validate_and_checkpoint_every_epoch_follow_the_passes_not_a_step_count():
+    """`epoch` validates and checkpoints at the last update of every pass, however many updates a pass has
+    (fairseq's default): the passes here differ in length, so no step count would hit them all."""
+    data = examples(300)
+    t = trainer(max_steps=70, max_tokens=60, batch_tokens=90, validate_every="epoch", checkpoint_every="epoch")
+    ends = [e for e in epoch_ends(t, data, 20) if e <= 70]
+    assert len({b - a for a, b in zip([0, *ends], ends, strict=False)}) > 1  # passes of different lengths
+    validated, saved = [], []
+    t.fit(data, on_validate=validated.append, on_checkpoint=saved.append)
+    assert validated == ends and 70 not in ends  # the pipeline validates the end, mid-pass, itself
+    assert saved == ends
+
+
+def test_early_stopping_counts_patience_in_passes_when_validating_every_epoch():
+    data = examples(300)
+    t = trainer(max_steps=500, max_tokens=60, batch_tokens=90, validate_every="epoch",
+                early_stopping={"metric": "valid_loss", "patience": 3})  # fmt: skip
+    losses = iter([5.0, 4.0, 4.5, 3.0, 3.5, 3.2, 3.1, 1.0])
+    validated = []
+    outcome = t.fit(data, on_validate=lambda step: validated.append(step) or {"valid_loss": next(losses)})
+    ends = epoch_ends(t, data, 7)
+    assert validated == ends  # stopped at the third pass without a loss below the fourth's 3.0
+    assert outcome.stopped_early and outcome.steps == ends[-1] and t.watch.best_step == ends[3]

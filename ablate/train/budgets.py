@@ -98,7 +98,7 @@ class BudgetPoints:
             scores = evaluate(self.directory, budget_dir(self.directory, b), trainer.step)
             record = self._record(b, trainer, {"status": str(Status.COMPLETED)} | scores)
             trainer.model.load_state_dict(weights)
-            if save is not None and trainer.step % (self.spec.checkpoint_every or 1):  # kept for this point alone
+            if save is not None and not trainer.checkpoint_due():  # kept for this point alone
                 # dropped before the point is recorded: a point evaluated again after a kill saves them again
                 checkpoints.weights_path(self.directory, trainer.step).unlink(missing_ok=True)
             self._write(b, record)
@@ -129,7 +129,7 @@ class BudgetPoints:
 
         def on_checkpoint(step: int) -> None:
             assert save is not None
-            save(here, branch, step % (self.spec.checkpoint_every or 1) == 0)
+            save(here, branch, branch.checkpoint_due())
 
         outcome: Outcome = branch.fit(examples, on_step, None, on_checkpoint if save else None, stop)
         if outcome.status == Status.INTERRUPTED:

@@ -65,7 +65,10 @@ class Pipeline:
         if outcome.status == Status.DIVERGED:
             return fields | {"error": outcome.reason, "peak_memory_mib": peak_memory_mib(self.at.device)}
         if self.saving and self.resumed != outcome.steps:  # a kill while decoding resumes at evaluation
-            self.save(self.job.directory, self.trainer, True)
+            # the end's weights are averaged with the rest; epoch checkpoints average whole passes alone (fairseq's
+            # --num-epoch-checkpoints), so a run that ends mid-pass keeps none of its partial pass
+            whole = self.spec.training.checkpoint_every != "epoch" or self.trainer.checkpoint_due()
+            self.save(self.job.directory, self.trainer, whole)
         if not self.rank0:
             return fields  # decoding and scoring are rank 0's
         fields |= self.finish(fields)
@@ -173,7 +176,7 @@ class Pipeline:
         return record
 
     def on_checkpoint(self, step: int) -> None:
-        self.save(self.job.directory, self.trainer, step % (self.spec.training.checkpoint_every or 1) == 0)
+        self.save(self.job.directory, self.trainer, self.trainer.checkpoint_due())
 
     def save(self, directory: Path, which: Trainer, weights: bool) -> None:
         """`which` (the run, or a budget point's branch) checkpointed in `directory`; `weights`: kept to average."""

@@ -44,6 +44,14 @@ class RunSpec(Section):
         return self
 
     @model_validator(mode="after")
+    def _epoch_checkpoints(self) -> RunSpec:
+        """Budget points are counted in steps, tokens or FLOPs; a pass's checkpoints are not among them."""
+        if self.training.checkpoint_every == "epoch" and self.evaluation.budgets is not None:
+            raise SpecValueError("checkpoints once an epoch cannot be scored at budget points: set "
+                                 "training.checkpoint_every to a number of steps", ("training", "checkpoint_every"))  # fmt: skip
+        return self
+
+    @model_validator(mode="after")
     def _select_best(self) -> RunSpec:
         """The best weights are those of a validation step, kept: every validation is a checkpoint with weights."""
         if self.evaluation.select != "best":
@@ -52,7 +60,8 @@ class RunSpec(Section):
         if training.early_stopping is None:
             raise SpecValueError("best needs training.early_stopping: its metric says which validation is best", where)
         every, validate = training.checkpoint_every, training.validate_every
-        if every is None or validate is None or validate % every:
+        by_epoch = "epoch" in (every, validate)
+        if every is None or validate is None or (every != validate if by_epoch else validate % every):
             raise SpecValueError(f"best needs training.validate_every ({validate}) to be a multiple of "
                                  f"training.checkpoint_every ({every}), so that every validation keeps its weights",
                                  where)  # fmt: skip

@@ -90,8 +90,10 @@ class TrainingSpec(Section):
         "validations, min_delta: x}; the budget (max_steps, ...) stays the cap; null: train to the budget",
         json_schema_extra=ADDED,
     )
-    validate_every: PositiveInt | None = Field(
-        None, description="validation loss and BLEU every N steps (and at the end); null: at every tenth of the budget"
+    validate_every: PositiveInt | Literal["epoch"] | None = Field(
+        None,
+        description="validation loss and BLEU every N steps (and at the end); epoch: at the end of every pass over "
+        "the data (fairseq's default), however many steps a pass takes; null: at every tenth of the budget",
     )
     diagnostics_every: NonNegativeInt | None = Field(
         None,
@@ -99,9 +101,10 @@ class TrainingSpec(Section):
         json_schema_extra=BOOKKEEPING,  # the diagnostics test shows that measuring them does not change training
     )
     valid_bleu_pairs: NonNegativeInt = Field(200, description="validation pairs decoded for BLEU; 0 for loss only")
-    checkpoint_every: PositiveInt | None = Field(
+    checkpoint_every: PositiveInt | Literal["epoch"] | None = Field(
         1000,
-        description="save a checkpoint every N steps, at the end and on Ctrl-C; null: never (no resume)",
+        description="save a checkpoint every N steps, at the end and on Ctrl-C; epoch: at the end of every pass "
+        "over the data (fairseq's epoch checkpoints: averaging then takes the last passes); null: never (no resume)",
         json_schema_extra=BOOKKEEPING,  # the resume test shows that saving does not change training (but see
     )  # ablate.rundir.config_hash: with checkpoint averaging on, the checkpoints are what is averaged)
     seed: int = Field(1, description="seeds model init, dropout and batch order")
@@ -232,6 +235,7 @@ class Trainer:
         self.schedule = SCHEDULE.build(spec.schedule, d_model=d_model)
         self.autocast = autocast(device, placement.precision)
         self.step, self.epoch, self.position = 0, 0, 0  # position: updates of this epoch already made
+        self.epoch_updates = 0  # updates in the current epoch (fit sets it)
         self.epoch_fraction = 0.0  # of the current epoch, done
         self.totals = Totals()
         self.flop_model: FlopModel | None = None  # set to count FLOPs (needed by a max_flops budget)
@@ -334,6 +338,7 @@ class Trainer:
         self._tenths = math.floor(self.progress() * VALIDATIONS)  # validations passed, without validate_every
         first = True
         updates = self.updates(examples, self.epoch)
+        self.epoch_updates = len(updates)
         if self.watch is not None and self.watch.exhausted:  # resumed from the checkpoint where it stopped
             return self._stopped_early(self.epoch + self.epoch_fraction)
         while not self.done():
@@ -344,6 +349,7 @@ class Trainer:
             if self.position >= len(updates):
                 self.epoch, self.position, self.epoch_fraction = self.epoch + 1, 0, 0.0
                 updates = self.updates(examples, self.epoch)
+                self.epoch_updates = len(updates)
                 continue
             update = updates[self.position]
             self.position += 1
@@ -383,7 +389,7 @@ class Trainer:
                 if self._patience_exhausted(record) and not last:
                     return self._stopped_early(epochs)
             stop = should_stop is not None and any_rank(should_stop(), self.device)
-            if on_checkpoint and (stop or (spec.checkpoint_every and self.step % spec.checkpoint_every == 0)):
+            if on_checkpoint and (stop or self.checkpoint_due()):
                 on_checkpoint(self.step)
             if stop:
                 self._count_time()
@@ -414,8 +420,22 @@ class Trainer:
             self.watch.see(self.step, value)
         return any_rank(value is not None and self.watch.exhausted, self.device)
 
+    def epoch_ended(self) -> bool:
+        """The last step ended a pass over the data (the next step starts the next epoch)."""
+        return self.epoch_updates > 0 and self.position >= self.epoch_updates
+
+    def checkpoint_due(self) -> bool:
+        """The step is one of `checkpoint_every`'s: those whose weights a run of this length averages."""
+        every = self.spec.checkpoint_every
+        if every == "epoch":
+            return self.epoch_ended()
+        return every is not None and self.step % every == 0
+
     def _validation_due(self) -> bool:
-        """Every `validate_every` steps; without it, each time the run passes another tenth of its budget."""
+        """Every `validate_every` steps (or passes); without it, each time the run passes another tenth of its
+        budget."""
+        if self.spec.validate_every == "epoch":
+            return self.epoch_ended()
         if self.spec.validate_every:
             return self.step % self.spec.validate_every == 0
         tenths = math.floor(self.progress() * VALIDATIONS)
