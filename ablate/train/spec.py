@@ -48,7 +48,8 @@ class RunSpec(Section):
         """Budget points are counted in steps, tokens or FLOPs; a pass's checkpoints are not among them."""
         if self.training.checkpoint_every == "epoch" and self.evaluation.budgets is not None:
             raise SpecValueError("checkpoints once an epoch cannot be scored at budget points: set "
-                                 "training.checkpoint_every to a number of steps", ("training", "checkpoint_every"))  # fmt: skip
+                                 "training.checkpoint_every to a number of steps",
+                                 ("training", "checkpoint_every"))  # fmt: skip
         return self
 
     @model_validator(mode="after")
