@@ -267,7 +267,9 @@ def _run(args: argparse.Namespace) -> int:
                              args.threads_per_run, args.tensorboard, args.launcher, slurm, not args.no_wait,
                              args.margin, args.max_seeds, args.runs_per_gpu)  # fmt: skip
     if args.dry_run:
-        return runner.dry_run(experiments, options, console())
+        from ablate.sweep.dryrun import dry_run
+
+        return dry_run(experiments, options, console())
     signal.signal(signal.SIGTERM, _stop_like_ctrl_c)
     # Ctrl-C raises KeyboardInterrupt whatever SIGINT's disposition was inherited: a process started in the
     # background of a non-interactive shell (`nohup ablate run ... &`, or a test harness that did) inherits it

@@ -249,3 +249,11 @@ class DesignRecord(Record):
     first: int = Field(description="the seeds every run starts with")
     max_seeds: int | None = Field(None, description="sequential: the most seeds a run may have; None: fixed")
     spending: str = Field("pocock", description="how a sequential design spends alpha over its looks")
+    declared_at: str | None = Field(
+        None,
+        description="when the margin was declared (ISO 8601), by the experiment's first run; None: before "
+        "2026-11-27, when the first run did not record it",
+    )
+    seed_sd: float | None = Field(None, description="a seed sd (BLEU) borrowed for arms of one seed; None: none")
+    seed_sd_df: float | None = Field(None, description="its degrees of freedom; None: taken as known")
+    seed_sd_from: str | None = Field(None, description="where it was pooled: an experiment's name, or declared")

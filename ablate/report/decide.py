@@ -8,6 +8,8 @@ A row, a run against its reference (the baseline), reads one of:
   margin is no practical difference, even where it is distinguishable from 0.
 - **better** / **worse**: the two-sided test of ΔBLEU = 0 rejects.
 - **undecided**: neither; more seeds (or a wider margin, declared before looking) would be needed.
+- **undecided (1 seed)**: an arm has one seed, so its interval cannot count seed-to-seed variance, and the row is
+  not tested, unless the experiment declares a seed spread to borrow (`seed_sd:`, significance.Spread).
 
 Both kinds of test are corrected together over the rows judged at one look (Holm's step-down with Shaffer's
 sharpening: at most one of a row's two hypotheses can be true), so that the chance of any false verdict at
@@ -48,6 +50,7 @@ from ablate.report.significance import ALPHA, Interval, holm, seed_interval
 K = TypeVar("K")  # a row: a run, or a (run, budget)
 
 BETTER, WORSE, EQUIVALENT, UNDECIDED, NO_VERDICT = "better", "worse", "equivalent", "undecided", "no verdict"
+ONE_SEED = "undecided (1 seed)"  # an arm of one seed and no borrowed spread: nothing said about the architecture
 
 
 def _pocock(t: float, alpha: float) -> float:
@@ -142,14 +145,19 @@ def judge(intervals: dict[K, Interval], margin: float | None, alpha: float) -> d
     margin (TOST's p). Both kinds are corrected together over the rows, by Holm's step-down with Shaffer's
     sharpening (at most one of a row's two can be true). A row whose TOST hypothesis falls is equivalent (a
     difference inside the margin is no practical difference, even where it is distinguishable from 0); else one
-    whose no-difference hypothesis falls is better or worse; else it is undecided."""
-    p = {(row, "ΔBLEU = 0"): i.p_value() for row, i in intervals.items()}
+    whose no-difference hypothesis falls is better or worse; else it is undecided. A row whose interval leaves out
+    seed-to-seed variance (an arm of one seed, no borrowed spread) is not tested and reads `ONE_SEED`: its interval
+    covers the test sentences alone, too narrow for a claim about the architecture."""
+    tested = {row: i for row, i in intervals.items() if i.decidable}
+    p = {(row, "ΔBLEU = 0"): i.p_value() for row, i in tested.items()}
     if margin is not None:
-        p |= {(row, "|ΔBLEU| ≥ margin"): tost_p(i, margin) for row, i in intervals.items()}
+        p |= {(row, "|ΔBLEU| ≥ margin"): tost_p(i, margin) for row, i in tested.items()}
     rejected = holm(p, alpha, group=lambda key: key[0])
     out = {}
     for row, interval in intervals.items():
-        if (row, "|ΔBLEU| ≥ margin") in rejected:
+        if row not in tested:
+            out[row] = ONE_SEED
+        elif (row, "|ΔBLEU| ≥ margin") in rejected:
             out[row] = EQUIVALENT
         elif (row, "ΔBLEU = 0") in rejected:
             out[row] = BETTER if interval.delta > 0 else WORSE

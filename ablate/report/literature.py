@@ -12,8 +12,8 @@ baseline (on a tie, the one that is our value; where a value is 0, the paper's r
 paper's change is that row against its base model.
 
 A direction is `better`, `worse` or `≈`: the paper's when its BLEU moved by more than 0.1 (the
-precision it reports), ours when the 95% interval of ΔBLEU (ablate.report.significance: paired bootstrap
-over sentences, and seeds where there are several) excludes zero.
+precision it reports), ours the row's verdict in the comparison table (ablate.report.decide: better, worse,
+equivalent within the declared margin), and `not decided` where that is undecided, or has one seed.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from typing import Any
 import pandas as pd
 
 from ablate.config import flatten
+from ablate.report.decide import BETTER, EQUIVALENT, ONE_SEED, UNDECIDED, WORSE
 from ablate.report.paper import TABLE3, TABLE3_BASE, value_width
 from ablate.report.results import ExperimentResults
 from ablate.report.significance import POWER_NOTE
@@ -85,10 +86,25 @@ def paper_row(key: str, ours_from: str, ours_to: str) -> tuple[Any, float, float
     return min(side, key=distance)
 
 
-def direction(low: float | None, high: float | None) -> str:
-    if low is None or high is None:
+UNDECIDED_ROW = "not decided"
+FOUND = {BETTER: "better", WORSE: "worse", EQUIVALENT: "≈", UNDECIDED: UNDECIDED_ROW,
+         ONE_SEED: f"{UNDECIDED_ROW} (1 seed)"}  # fmt: skip
+
+
+def direction(verdict: Any) -> str:
+    """What we find, from the row's verdict in the comparison table (decide.judge, corrected over its rows):
+    better, worse, ≈ (equivalent within the declared margin), not decided, or ? (no verdict)."""
+    return FOUND.get(verdict, "?") if isinstance(verdict, str) else "?"
+
+
+def agreement(ours: str, says: str) -> str:
+    """yes or no where we found a direction; not decided where our verdict is undecided (an interval covering 0
+    is not agreement with a paper that found no difference: only equivalence is)."""
+    if ours == "?":
         return "?"
-    return "better" if low > 0 else "worse" if high < 0 else "≈"
+    if ours.startswith(UNDECIDED_ROW):
+        return UNDECIDED_ROW
+    return "yes" if ours == says else "no"
 
 
 def paper_direction(delta: float) -> str:
@@ -115,7 +131,7 @@ def literature_frame(exp: ExperimentResults, frame: pd.DataFrame) -> tuple[pd.Da
         low, high = mine.get("ΔBLEU lo"), mine.get("ΔBLEU hi")
         low, high = (None if pd.isna(v) else float(v) for v in (low, high))
         ppl, base_ppl = mine.get("valid ppl"), by_run.loc[exp.reference(run)].get("valid ppl")
-        ours = direction(low, high)
+        ours = direction(mine.get("verdict"))
         says = paper_direction(row[1] - base[1])
         name = "N" if key == "layers" else key.split(".")[-1]
         d_v = widths(reference[0].config)["model.d_v"], widths(jobs[0].config)["model.d_v"]
@@ -127,7 +143,7 @@ def literature_frame(exp: ExperimentResults, frame: pd.DataFrame) -> tuple[pd.Da
             "ΔBLEU": mine.get("ΔBLEU"), "ΔBLEU lo": low, "ΔBLEU hi": high,
             "ΔPPL": None if ppl is None or base_ppl is None or pd.isna(ppl) or pd.isna(base_ppl)
             else round(float(ppl) - float(base_ppl), 2),
-            "we find": ours, "agrees": "?" if ours == "?" else "yes" if ours == says else "no",
+            "we find": ours, "agrees": agreement(ours, says),
             "seeds for 80%": None if pd.isna(mine.get("seeds for 80%")) else mine.get("seeds for 80%"),
         })  # fmt: skip
     if not rows:
@@ -135,14 +151,18 @@ def literature_frame(exp: ExperimentResults, frame: pd.DataFrame) -> tuple[pd.Da
     out = pd.DataFrame(rows, columns=COLUMNS, dtype=object)
     if out["seeds for 80%"].isna().all():  # single-seed arms: no spread to plan with
         out = out.drop(columns="seeds for 80%")
-    agree = sum(r["agrees"] == "yes" for r in rows)
+    agree, against = sum(r["agrees"] == "yes" for r in rows), sum(r["agrees"] == "no" for r in rows)
+    open_ = sum(r["agrees"] == UNDECIDED_ROW for r in rows)
     notes = [
-        f"{agree} of {len(rows)} rows go the paper's way. The paper: Vaswani et al. 2017, Table 3 (WMT14 en-de, "
+        f"{agree} of {len(rows)} rows go the paper's way, {against} against it, {open_} not decided. The paper: "
+        "Vaswani et al. 2017, Table 3 (WMT14 en-de, "
         "newstest2013 dev BLEU and perplexity, 100K steps of a 65M model), each row against its base model; "
         "ours against this experiment's baseline.",
-        "paper says / we find: better or worse when BLEU moved by more than 0.1 (the paper) or when the 95% "
-        "interval of ΔBLEU excludes zero (ours); ≈ otherwise. ΔPPL: validation perplexity, lower is better; "
-        "ours is the NLL a subword without label smoothing.",
+        "paper says: better or worse when its BLEU moved by more than 0.1, ≈ otherwise. we find: the row's verdict "
+        "in the comparison table (better, worse, ≈ for equivalent within the declared margin), or not decided "
+        "where it is undecided: an interval that covers 0 agrees with nothing, and a row of one seed is not "
+        "decided whatever its interval. ΔPPL: validation perplexity, lower is better; ours is the NLL a subword "
+        "without label smoothing.",
     ]  # fmt: skip
     if out["change"].str.endswith("(d_v with it)").any():
         notes.append(

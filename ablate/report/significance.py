@@ -9,11 +9,18 @@ minus the baseline's, that covers both sources of chance a reader cares about:
   under paired bootstrap resampling of the test sentences (Koehn 2004): one resample of sentence
   indices for both arms, each seed's corpus BLEU recomputed from its summed n-gram statistics.
 
-The interval is ΔBLEU ± t(ν) √(sum of the three variances), with ν by Welch-Satterthwaite. The
-seed level uses Student's t rather than a bootstrap over seeds: with 2 to 5 seeds a percentile
-bootstrap is over-confident (in tests/test_significance.py's simulation of equal arms, 3 seeds a
-side, it covered 0 in 259 of 300 trials, 86%, instead of 95%). With fewer than 2 seeds in an arm the
-seed level cannot be estimated: the interval is then test-set sampling alone, and says so.
+The interval is ΔBLEU ± t(ν) √(sum of the three variances). ν is Welch-Satterthwaite's, capped at
+2·(s − 1), the degrees of freedom of a seed variance pooled over two arms of s seeds, s the smaller
+arm's count (`seed_df`). Welch-Satterthwaite alone reads ~1,000 degrees of freedom into the test-set
+term whenever a seed variance happens to come out small, which with 2 or 3 seeds it often does: in
+ablate.report.calibration's simulation its 95% interval covered the true difference in 88% of
+experiments with 3 seeds against 2 (seed sds 0.2 and 1.1), 93.5% with 2 a side; capped, every cell
+covers at least 94.5% (docs/reports.md has the table). The seed level uses Student's t rather than a
+bootstrap over seeds: with 2 to 5 seeds a percentile bootstrap is over-confident (in
+tests/test_significance.py's simulation of equal arms, 3 seeds a side, it covered 0 in 259 of 300
+trials, 86%, instead of 95%). With fewer than 2 seeds in an arm the seed level cannot be estimated:
+the interval is then test-set sampling alone and says so, and no verdict is drawn from it
+(ablate.report.decide), unless the experiment declares a seed spread to borrow (`Spread`).
 
 `paired_test` is sacreBLEU's PairedTest (bootstrap or approximate randomisation), for p-values.
 
@@ -50,6 +57,12 @@ class Interval:
     level: float = 0.95  # its confidence level: low, high = delta ∓ t(0.5 + level/2; df)·se
     # the variance of delta from the test sentences, the reference's seeds and the system's (0 where not counted)
     terms: tuple[float, float, float] = (0.0, 0.0, 0.0)
+    borrowed: float | None = None  # the seed sd borrowed for an arm of one seed (Spread), None: each arm's own
+
+    @property
+    def decidable(self) -> bool:
+        """Whether a verdict about the architecture may read this interval: it counts seed-to-seed variance."""
+        return self.seeds
 
     @property
     def excludes_zero(self) -> bool:
@@ -136,11 +149,12 @@ def bleu_scorer(lowercase: bool) -> Scorer:
 
 
 def delta_interval(baseline: np.ndarray, system: np.ndarray, score: Scorer, level: float = 0.95,
-                   resamples: int = 1000, seed: int = 12345) -> Interval:  # fmt: skip
+                   resamples: int = 1000, seed: int = 12345, spread: Spread | None = None) -> Interval:  # fmt: skip
     """The interval of mean(score of system's seeds) - mean(score of baseline's seeds).
 
     `baseline` (S_b, N, K) and `system` (S_v, N, K): per-seed, per-sentence statistics on the same N
-    test sentences; `score` turns statistics summed over sentences into a corpus score.
+    test sentences; `score` turns statistics summed over sentences into a corpus score; `spread`: a seed sd
+    borrowed for an arm of one seed (seed_interval).
     """
     n, k = baseline.shape[1:]
     if system.shape[1:] != (n, k):
@@ -156,20 +170,65 @@ def delta_interval(baseline: np.ndarray, system: np.ndarray, score: Scorer, leve
         return score(sums.reshape(-1, k)).reshape(resamples, -1).mean(1)
 
     v_test = float(np.var(resampled(system) - resampled(baseline), ddof=1))
-    return seed_interval(delta, v_test, n, full_b, full_v, level)
+    return seed_interval(delta, v_test, n, full_b, full_v, level, spread)
+
+
+@dataclass(frozen=True)
+class Spread:
+    """A seed sd declared for arms of one seed (an experiment's `seed_sd:`): `sd` BLEU, estimated with `df` degrees
+    of freedom (inf for a number taken as known), from `source` (the experiment it was pooled over, or 'declared')."""
+
+    sd: float
+    df: float
+    source: str
+
+    def describe(self) -> str:
+        df = "" if math.isinf(self.df) else f", {self.df:g} df"
+        return f"seed sd {self.sd:.2f} borrowed ({self.source}{df})"
+
+
+def df_cap(s_b: int, s_v: int) -> float:
+    """The most degrees of freedom the t quantile may have with `s_b` and `s_v` seeds an arm: 2·(s − 1), s the smaller
+    count, those of a seed variance pooled over two arms of s seeds (docs/reports.md: why)."""
+    return 2.0 * (min(s_b, s_v) - 1)
+
+
+def seed_df(terms: np.ndarray | tuple, dfs: tuple[float, float, float], cap: float) -> np.ndarray | float:
+    """Welch-Satterthwaite's degrees of freedom of the sum of the variance `terms` (test, reference, system; arrays
+    for many experiments at once), each with its own `dfs`, capped at `cap`: seed_interval's rule."""
+    v = [np.asarray(t, dtype=np.float64) for t in terms]
+    total = v[0] + v[1] + v[2]
+    parts = sum(np.divide(x**2, d, out=np.zeros_like(total), where=(x > 0)) for x, d in zip(v, dfs, strict=True)
+                if d > 0)  # fmt: skip
+    ws = np.divide(total**2, parts, out=np.full_like(total, np.inf), where=parts > 0)
+    out = np.minimum(ws, cap)
+    return float(out) if out.ndim == 0 else out
 
 
 def seed_interval(delta: float, v_test: float, sentences: int, baseline: Sequence[float], system: Sequence[float],
-                  level: float = 0.95) -> Interval:  # fmt: skip
+                  level: float = 0.95, spread: Spread | None = None) -> Interval:  # fmt: skip
     """The interval of `delta` from its test-set variance (over `sentences`) and each arm's per-seed scores: each
-    arm's mean has its seeds' sample variance over their number, with seeds − 1 degrees of freedom; an arm of one
-    seed leaves the seed level out (`seeds` False)."""
+    arm's mean has its seeds' sample variance over their number, with seeds − 1 degrees of freedom, and the t
+    quantile's degrees of freedom are Welch-Satterthwaite's capped at 2·(s − 1), s the smaller arm's seeds
+    (`seed_df`). An arm of one seed leaves the seed level out (`seeds` False), unless a `spread` is borrowed:
+    then both arms' means vary with its sd, and the degrees of freedom are capped at its own."""
+    from scipy.stats import t
+
     s_b, s_v = len(baseline), len(system)
-    seeds = s_b > 1 and s_v > 1
-    if not seeds:
-        return t_interval(delta, (v_test, 0.0, 0.0), (sentences - 1, 0, 0), level, seeds)
-    terms = (v_test, float(np.var(baseline, ddof=1)) / s_b, float(np.var(system, ddof=1)) / s_v)
-    return t_interval(delta, terms, (sentences - 1, s_b - 1, s_v - 1), level, seeds)
+    if s_b > 1 and s_v > 1:
+        terms = (v_test, float(np.var(baseline, ddof=1)) / s_b, float(np.var(system, ddof=1)) / s_v)
+        dfs, cap, borrowed = (sentences - 1, s_b - 1, s_v - 1), df_cap(s_b, s_v), None
+    elif spread is not None:
+        terms = (v_test, spread.sd**2 / s_b, spread.sd**2 / s_v)
+        dfs, cap, borrowed = (sentences - 1, spread.df, spread.df), spread.df, spread.sd
+    else:
+        return t_interval(delta, (v_test, 0.0, 0.0), (sentences - 1, 0, 0), level, False)
+    variance = sum(terms)
+    if variance == 0:
+        return Interval(delta, delta, delta, True, float("inf"), level, terms, borrowed)
+    df = seed_df(terms, dfs, cap)
+    half = float(t.ppf(0.5 + level / 2, df)) * variance**0.5
+    return Interval(delta, delta - half, delta + half, True, df, level, terms, borrowed)
 
 
 def paired_test(baseline: Sequence[str], systems: dict[str, Sequence[str]], references: Sequence[str],

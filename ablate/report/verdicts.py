@@ -8,6 +8,7 @@ so a table shows the decisions the sweep acted on.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -15,7 +16,7 @@ from ablate.errors import UserError
 from ablate.record import DesignRecord, Status
 from ablate.report.decide import Decision, Design, Replay, judge, replay
 from ablate.report.results import ExperimentResults, JobRecord, SentenceStatistics
-from ablate.report.significance import Interval, delta_interval
+from ablate.report.significance import Interval, Spread, delta_interval
 from ablate.rundir import read_design
 
 REFERENCE = "baseline"
@@ -28,9 +29,15 @@ class Declared:
     design: Design
     seeds: list[int]
     source: str
+    spread: Spread | None = None  # a seed sd borrowed for arms of one seed (the experiment's seed_sd:)
 
     def describe(self) -> str:
         return f"{self.design.describe()} ({self.source})"
+
+    def margin_text(self) -> str:
+        """The margin as every table states it: `margin 1 (declared in …)`, or `margin 3 (a view; declared: 1)`."""
+        margin = self.design.margin
+        return f"margin {margin:g} ({self.source})" if margin is not None else f"no margin ({self.source})"
 
 
 def design(record: DesignRecord) -> Design:
@@ -41,11 +48,17 @@ def declared(directory: Path, margin: float | None = None) -> Declared | None:
     """The experiment's design.json, with `margin` (the report's --margin) over its margin; None when neither."""
     record = read_design(directory)
     if record is None:
-        return None if margin is None else Declared(Design(margin), [], "--margin")
-    if margin is None:
-        return Declared(design(record), record.seeds, f"declared in {directory / 'design.json'}")
+        return None if margin is None else Declared(Design(margin), [], "a view; declared: none")
+    spread = None
+    if record.seed_sd is not None:
+        spread = Spread(record.seed_sd, record.seed_sd_df if record.seed_sd_df is not None else math.inf,
+                        record.seed_sd_from or "declared")  # fmt: skip
+    if margin is None or margin == record.margin:
+        when = f" at {record.declared_at}" if record.declared_at else ""
+        return Declared(design(record), record.seeds, f"declared in {directory / 'design.json'}{when}", spread)
     return Declared(design(record.model_copy(update={"margin": margin})), record.seeds,
-                    f"--margin over the declared {record.margin if record.margin is not None else 'none'}")  # fmt: skip
+                    f"a view; declared: {f'{record.margin:g}' if record.margin is not None else 'none'}",
+                    spread)  # fmt: skip
 
 
 def finished_seeds(jobs: list[JobRecord], order: list[int]) -> int:
@@ -97,8 +110,9 @@ def check_sequential(exp: ExperimentResults) -> None:
                         "sweep's rows have a baseline each")  # fmt: skip
 
 
-def verdict_note(declared_: Declared | None, rows: int, state: Replay | None = None) -> str:
-    """What the verdict column means under this design, with its margin and where the margin came from."""
+def verdict_note(declared_: Declared | None, rows: int, state: Replay | None = None, family: str = "") -> str:
+    """What the verdict column means under this design, with its margin and where the margin came from; `family`:
+    which rows were corrected together (another table of the same runs may correct over other rows)."""
     d = declared_.design if declared_ is not None else Design()
     together = (f"both kinds of test corrected together over the {rows} row{'s' if rows != 1 else ''} (Holm's "
                 "step-down with Shaffer's sharpening), so that the chance of any false verdict in the table is at "
@@ -110,8 +124,19 @@ def verdict_note(declared_: Declared | None, rows: int, state: Replay | None = N
                 "looking, or pass --margin.")  # fmt: skip
     else:
         text = (f"verdict: equivalent where two one-sided tests reject |ΔBLEU| ≥ {d.margin:g} BLEU, else better or "
-                f"worse where the test of ΔBLEU = 0 rejects, else undecided; {together}. The margin: "
-                f"{declared_.source}.")  # fmt: skip
+                f"worse where the test of ΔBLEU = 0 rejects, else undecided; {together}; "
+                f"{declared_.margin_text()}.")  # fmt: skip
+    if family:
+        text += (f" The family: {family}; the same pair of runs in another experiment's table is corrected over "
+                 "that table's rows, against its baseline's seeds, and can read otherwise.")  # fmt: skip
+    spread = declared_.spread if declared_ is not None else None
+    if spread is None:
+        text += (" A row with one seed in an arm reads undecided (1 seed): its interval covers test sentences "
+                 "alone, and no verdict about the architecture is drawn from it.")  # fmt: skip
+    else:
+        text += (f" A row with one seed in an arm borrows the experiment's declared seed spread ({spread.describe()})"
+                 ": its interval counts that sd for both arms' means, and its verdict is marked (sd borrowed); if "
+                 "the true spread is larger, such verdicts err more often than α (docs/reports.md).")  # fmt: skip
     if d.sequential:
         levels = ", ".join(f"{d.alpha_at(k):.4f}" for k in range(d.looks))
         text += (f" Sequential (ablate run --until-decided): every run started with {d.first} seeds and each "

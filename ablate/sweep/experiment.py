@@ -67,6 +67,14 @@ def slurm_settings(spec: SlurmSpec, flags: dict[str, Any]) -> SlurmSpec:
         raise SpecError.of(error, "slurm settings", SlurmSpec) from None
 
 
+class SeedSpreadFrom(BaseModel):
+    """`seed_sd: {from: pe}`: the seed sd pooled over another experiment's runs (its results directory's)."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, populate_by_name=True)
+
+    source: str = Field(alias="from", pattern=RUN_NAME.pattern, description="the experiment under the results root")
+
+
 class Header(BaseModel):
     """The keys of an experiment file besides the spec sections."""
 
@@ -87,6 +95,13 @@ class Header(BaseModel):
         None,
         description="the smallest ΔBLEU that matters, declared before looking: a row whose interval lies inside "
         "±margin is equivalent (two one-sided tests; docs/reports.md) (inherited)",
+    )
+
+    seed_sd: PositiveFloat | SeedSpreadFrom | None = Field(
+        None,
+        description="a seed spread to borrow where an arm has one seed: a sd in BLEU, taken as known, or {from: "
+        "<experiment>}, pooled over that experiment's runs of 2 seeds or more; printed beside every verdict that "
+        "uses it; without it such a row is undecided (1 seed) (docs/reports.md)",
     )
 
     @field_validator("seeds", "lr_sweep")
@@ -127,6 +142,7 @@ class Experiment:
     slurm: SlurmSpec | None = None
     lr_sweep: list[float] | None = None
     margin: float | None = None  # BLEU: rows inside ±margin are equivalent (ablate.report.decide)
+    seed_sd: float | SeedSpreadFrom | None = None  # borrowed for arms of one seed (ablate.sweep.design)
 
     @property
     def baseline(self) -> Run:
@@ -186,7 +202,7 @@ def load_experiment(path: str | Path, overrides: Sequence[str] = (), lr_sweep: S
     if rates:
         runs = _swept(runs, rates, path)
     return Experiment(path, header.name, header.description, runs, plugins, header.seeds, header.slurm, rates,
-                      header.margin)  # fmt: skip
+                      header.margin, header.seed_sd)  # fmt: skip
 
 
 def _swept(runs: list[Run], rates: list[float], where: Path) -> list[Run]:
@@ -260,6 +276,7 @@ def _resolve(path: Path, chain: tuple[Path, ...]) -> tuple[Header, dict[str, Any
         header = header.model_copy(update={
             "seeds": header.seeds or inherited.seeds, "slurm": header.slurm or inherited.slurm,
             "lr_sweep": header.lr_sweep or inherited.lr_sweep, "margin": header.margin or inherited.margin,
+            "seed_sd": header.seed_sd or inherited.seed_sd,
         })  # fmt: skip
 
     for i, plugin in enumerate(header.plugins):

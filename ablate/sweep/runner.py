@@ -44,7 +44,7 @@ from ablate.sweep.devices import device_kind, emulated_bf16, resources
 from ablate.sweep.experiment import Experiment
 from ablate.sweep.launchers import Interrupted, Launcher, Outcomes
 from ablate.sweep.launchers.local import LocalLauncher
-from ablate.sweep.plan import DRY_RUN_COLUMNS, Action, Planned, dry_run_rows, plan
+from ablate.sweep.plan import Action, Planned, plan
 from ablate.sweep.progress import SweepView
 from ablate.train import distributed
 from ablate.train.job import Job
@@ -124,23 +124,6 @@ def check_only(experiments: list[Experiment], only: list[str]) -> None:
             if name not in names:
                 raise UserError(f"--only: {experiment.path} has no run '{name}'{did_you_mean(name, names)} "
                                 f"(runs: {', '.join(names)})")  # fmt: skip
-
-
-def dry_run(experiments: list[Experiment], options: Options, console) -> int:
-    """`--dry-run`: every planned job, what it changes, its size and what running it now would do."""
-    from rich.table import Table
-
-    for experiment in experiments:
-        planned = plan(experiment, options.results, options.seeds, options.fresh, options.only)
-        table = Table(title=f"{experiment.path}: {experiment.name}, {len(planned)} job(s), nothing trained "
-                      "(--dry-run)", title_justify="left")  # fmt: skip
-        for column in DRY_RUN_COLUMNS:
-            table.add_column(column, justify="right" if column in ("params", "seed", "steps") else "left")
-        for row in dry_run_rows(experiment, planned):
-            table.add_row(*row)
-        console.print(table)
-        console.print("  params at the nominal vocabulary size of tokenizer.vocab_size", highlight=False)
-    return Exit.COMPLETED
 
 
 def sweep(experiment: Experiment, options: Options, console) -> Summary:

@@ -1,0 +1,110 @@
+"""`ablate run --dry-run`: the run without training. The same design checks and exit codes as the run (design.json
+read and checked, never written), every planned job, the design it would be judged by, the most runs it could
+train and what they would cost on this machine, from the runs this machine has finished.
+"""
+
+from __future__ import annotations
+
+import statistics
+from pathlib import Path
+
+from ablate.record import DesignRecord
+from ablate.report.verdicts import design
+from ablate.rundir import DESIGN, Exit, read_design, read_result, run_directories
+from ablate.sweep.design import declare
+from ablate.sweep.experiment import Experiment
+from ablate.sweep.plan import DRY_RUN_COLUMNS, Planned, dry_run_rows, plan
+
+
+def dry_run(experiments: list[Experiment], options, console) -> int:
+    """Every design checked as `ablate run` checks it (a bad one is the run's one-line error, exit 2), then each
+    experiment's planned jobs, its design, the worst case and its cost here."""
+    from rich.table import Table
+
+    records = [declare(e, options.results, options.seeds, options.margin, options.max_seeds, write=False)
+               for e in experiments]  # fmt: skip
+    for experiment, record in zip(experiments, records, strict=True):
+        planned = plan(experiment, options.results, options.seeds, options.fresh, options.only)
+        table = Table(title=f"{experiment.path}: {experiment.name}, {len(planned)} job(s), nothing trained "
+                      "(--dry-run)", title_justify="left")  # fmt: skip
+        for column in DRY_RUN_COLUMNS:
+            table.add_column(column, justify="right" if column in ("params", "seed", "steps") else "left")
+        for row in dry_run_rows(experiment, planned):
+            table.add_row(*row)
+        console.print(table)
+        console.print("  params at the nominal vocabulary size of tokenizer.vocab_size", highlight=False)
+        for line in design_lines(experiment, options.results, record, planned):
+            console.print(f"  {line}", highlight=False)
+    return Exit.COMPLETED
+
+
+def design_lines(experiment: Experiment, results: Path, record: DesignRecord | None,
+                 planned: list[Planned]) -> list[str]:  # fmt: skip
+    """The design the rows would be judged by, where its margin is declared, the worst case and its cost here."""
+    root = results / experiment.name
+    existing = read_design(root)
+    if record is None:
+        said = "design: no margin (no row can be called equivalent), α 0.05, one look at the seeds trained"
+    else:
+        on_disk = existing is not None and existing.margin == record.margin
+        where = (f"declared in {root / DESIGN}" + (f" at {existing.declared_at}" if existing.declared_at else "")
+                 if on_disk else f"declared by this run in {root / DESIGN}")  # fmt: skip
+        said = f"design: {design(record).describe()}; the margin {where}"
+        if record.seed_sd is not None:
+            said += f"; one-seed arms borrow seed sd {record.seed_sd:g} ({record.seed_sd_from})"
+    runs = list(dict.fromkeys(p.job.run for p in planned))
+    sequential = record is not None and record.max_seeds is not None
+    if sequential:
+        worst = len(runs) * record.max_seeds
+        first = len(runs) * record.first
+        case = (f"at most {worst} runs ({len(runs)} runs x {record.max_seeds} seeds), at least {first} (the first "
+                f"{record.first} seeds each)")  # fmt: skip
+    else:
+        worst = len(planned)
+        case = f"{worst} runs ({len(runs)} runs x their seeds)"
+    to_train = [p for p in planned if p.trains]
+    seconds, measured = cost_here([p.job.run for p in to_train], experiment.name, results)
+    if not to_train:
+        cost = "nothing to train now"
+    elif measured == 0:
+        cost = f"no measurement here: no run of this experiment has finished on this machine under {results}"
+    else:
+        cost = (f"about {seconds / 3600:.1f} run-hours for the {len(to_train)} to train now, from {measured} "
+                "finished runs of this experiment on this machine (the same CPU model, ISA and bf16, or GPU), one "
+                "run at a time")  # fmt: skip
+    if sequential and to_train:
+        per_run = seconds / max(len(to_train), 1)
+        cost += f"; the worst case about {per_run * (worst - (len(planned) - len(to_train))) / 3600:.1f} run-hours"
+    return [said, f"worst case: {case}; {len(to_train)} to train now", f"cost: {cost}"]
+
+
+def cost_here(runs: list[str], experiment: str, results: Path) -> tuple[float, int]:
+    """Seconds of run time the jobs of `runs` would take, each at the median wall time of the finished jobs of the
+    same run of `experiment` on this machine (else of any of its runs here), and how many finished jobs that read."""
+    here = _this_machine()
+    walls: dict[str, list[float]] = {}
+    for directory in run_directories(results):
+        if directory.parents[2].name != experiment:
+            continue
+        result = read_result(directory)
+        if result is None or not result.finished or result.reused_from or result.wall_seconds is None:
+            continue
+        if here and (result.device or "").startswith(here):
+            walls.setdefault(result.run, []).append(result.wall_seconds)
+    measured = sum(len(v) for v in walls.values())
+    if not measured:
+        return 0.0, 0
+    every = statistics.median(w for v in walls.values() for w in v)
+    return sum(statistics.median(walls[run]) if run in walls else every for run in runs), measured
+
+
+def _this_machine() -> str:
+    """This machine's device name as result.json's `device` starts: the first GPU's, or the CPU's model, ISA and
+    bf16 without the thread count (`AMD EPYC (AVX2, emulated bf16)`)."""
+    import torch
+
+    from ablate.train.device import device_name
+
+    if torch.cuda.is_available():
+        return torch.cuda.get_device_name(0)
+    return device_name(torch.device("cpu")).rsplit(", ", 1)[0]

@@ -1,0 +1,89 @@
+"""A design (design.json) declared once: its margin cannot move once an experiment has results, `ablate report
+--margin` is a view and says so, and `--dry-run` checks a design as the run does. Through the CLI."""
+
+import shutil
+
+import pytest
+
+from tests.conftest import ROOT, cli
+
+PE = str(ROOT / "experiments" / "pe.yaml")
+
+
+@pytest.fixture
+def finished(tmp_path):
+    """A copy of the committed results/pe: 12 finished runs and a design declaring margin 1."""
+    shutil.copytree(ROOT / "results" / "pe", tmp_path / "pe")
+    return tmp_path
+
+
+def test_another_margin_on_an_experiment_with_results_is_refused_and_nothing_is_written(finished):
+    design = finished / "pe" / "design.json"
+    before = design.read_bytes()
+    files = sorted(p for p in (finished / "pe").rglob("*"))
+    for extra in ([], ["--dry-run"]):
+        run = cli("run", PE, "--results", str(finished), "--margin", "3", *extra)
+        assert run.returncode == 2 and "Traceback" not in run.stderr, run.stderr
+        (line,) = run.stderr.strip().splitlines()
+        assert line.startswith(f"{design}: --margin 3, but margin 1 was declared") and "has results" in line
+        assert design.read_bytes() == before and sorted((finished / "pe").rglob("*")) == files
+
+
+def test_a_first_margin_after_the_results_is_refused(tmp_path):
+    shutil.copytree(ROOT / "results" / "pe", tmp_path / "pe")
+    (tmp_path / "pe" / "design.json").unlink()
+    run = cli("run", PE, "--results", str(tmp_path), "--margin", "1")
+    assert run.returncode == 2, run.stderr
+    assert "no margin was declared before" in run.stderr and not (tmp_path / "pe" / "design.json").exists()
+
+
+def test_the_first_run_declares_the_margin_and_when(tmp_path):
+    import json
+
+    run = cli("run", PE, "--results", str(tmp_path), "--margin", "2", "--dry-run")
+    assert run.returncode == 0 and not (tmp_path / "pe").exists(), run.stderr  # a dry run writes nothing
+    assert "declared by this run" in run.stdout
+    from ablate.sweep.design import declare
+    from ablate.sweep.experiment import load_experiment
+
+    declare(load_experiment(PE), tmp_path, margin=2.0)
+    record = json.loads((tmp_path / "pe" / "design.json").read_text())
+    assert record["margin"] == 2.0 and record["declared_at"].startswith("20")
+    declare(load_experiment(PE), tmp_path, margin=3.0)  # no results yet: still open
+    assert json.loads((tmp_path / "pe" / "design.json").read_text())["margin"] == 3.0
+
+
+def test_the_report_at_another_margin_is_a_view_and_says_so(finished):
+    from ablate.report.verdicts import declared
+
+    run = cli("report", str(finished / "pe"), "--margin", "3", "--no-files", "--format", "md")
+    assert run.returncode == 0, run.stderr
+    assert "margin 3 (a view; declared: 1)" in run.stdout
+    assert declared(finished / "pe").margin_text() == f"margin 1 (declared in {finished / 'pe' / 'design.json'})"
+    assert declared(finished / "pe", 1.0).margin_text() == declared(finished / "pe").margin_text()  # no view
+
+
+@pytest.mark.parametrize(
+    "flags",
+    [
+        ["--until-decided", "--max-seeds", "2"],
+        ["--until-decided", "--max-seeds", "5", "--seeds", "2"],
+        ["--until-decided", "--seeds", "1,2,3,4,5", "--max-seeds", "4"],
+    ],
+)
+def test_dry_run_and_run_refuse_the_same_designs(tmp_path, flags):
+    """The issue's three: a dry run that exits 0 where the run exits 2 plans what cannot run."""
+    dry = cli("run", PE, "--results", str(tmp_path / "dry"), "--dry-run", *flags)
+    real = cli("run", PE, "--results", str(tmp_path / "real"), *flags)
+    assert dry.returncode == real.returncode == 2, (dry.stderr, real.stderr)
+    assert dry.stderr.strip() == real.stderr.strip().replace(str(tmp_path / "real"), str(tmp_path / "dry"))
+    assert len(real.stderr.strip().splitlines()) == 1 and not (tmp_path / "real" / "pe" / "runs").exists()
+
+
+def test_dry_run_shows_the_design_the_worst_case_and_the_cost(tmp_path):
+    run = cli("run", PE, "--results", str(tmp_path), "--dry-run", "--until-decided", "--max-seeds", "5")
+    assert run.returncode == 0, run.stderr
+    out = " ".join(run.stdout.split())
+    assert "design: margin ±1 BLEU, α 0.05 spent over 3 looks" in out and "3 to 5 seeds a run" in out
+    assert "worst case: at most 20 runs (4 runs x 5 seeds), at least 12" in out
+    assert "cost: no measurement here" in out
