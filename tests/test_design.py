@@ -87,3 +87,48 @@ def test_dry_run_shows_the_design_the_worst_case_and_the_cost(tmp_path):
     assert "design: margin ±1 BLEU, α 0.05 spent over 3 looks" in out and "3 to 5 seeds a run" in out
     assert "worst case: at most 20 runs (4 runs x 5 seeds), at least 12" in out
     assert "cost: no measurement here" in out
+
+
+def test_a_borrowed_seed_spread_is_declared_before_the_results(tmp_path, write):
+    """seed_sd: a number is taken as known; {from: pe} is pooled over pe's runs of 2 seeds or more when first
+    declared; either is fixed once the experiment has results, like the margin."""
+    import json
+    import statistics
+
+    from ablate.errors import UserError
+    from ablate.report.results import bleus, load_results
+    from ablate.sweep.design import declare
+    from ablate.sweep.experiment import load_experiment
+
+    shutil.copytree(ROOT / "results" / "pe", tmp_path / "pe")
+    pooled = write("pooled.yaml", f"name: pooled\nextends: {ROOT / 'experiments' / 'smoke.yaml'}\nmargin: 1.0\n"
+                                  "seed_sd: {from: pe}\n")  # fmt: skip
+    record = declare(load_experiment(pooled), tmp_path)
+    pe = load_results(tmp_path / "pe")
+    arms = [bleus(jobs, pe.split()) for jobs in pe.runs.values()]
+    df = sum(len(b) - 1 for b in arms)
+    sd = (sum((len(b) - 1) * statistics.variance(b) for b in arms) / df) ** 0.5
+    assert (record.seed_sd, record.seed_sd_df, record.seed_sd_from) == (pytest.approx(sd, abs=1e-4), df, "pe")
+    assert json.loads((tmp_path / "pooled" / "design.json").read_text())["seed_sd_from"] == "pe"
+
+    known = write("known.yaml", f"name: known\nextends: {ROOT / 'experiments' / 'smoke.yaml'}\nseed_sd: 0.45\n")
+    assert declare(load_experiment(known), tmp_path).seed_sd == 0.45
+    # once the experiment has results, another spread is refused
+    shutil.copytree(ROOT / "results" / "pe" / "runs", tmp_path / "known" / "runs")
+    other = write("other.yaml", f"name: known\nextends: {ROOT / 'experiments' / 'smoke.yaml'}\nseed_sd: 0.9\n")
+    with pytest.raises(UserError, match="a borrowed spread is fixed before the results"):
+        declare(load_experiment(other), tmp_path)
+    assert declare(load_experiment(known), tmp_path).seed_sd == 0.45  # the same one stands
+
+
+def test_a_one_seed_row_reads_undecided_unless_it_borrows_a_spread():
+    import numpy as np
+
+    from ablate.report.decide import ONE_SEED, judge
+    from ablate.report.significance import Spread, seed_interval
+
+    bare = seed_interval(-2.0, 0.09, 1000, [30.0], [28.0])  # far outside its test-set interval
+    borrowed = seed_interval(-2.0, 0.09, 1000, [30.0], [28.0], spread=Spread(0.3, np.inf, "declared"))
+    assert bare.excludes_zero and not bare.seeds
+    assert borrowed.borrowed == 0.3 and borrowed.se == pytest.approx((0.09 + 2 * 0.3**2) ** 0.5)
+    assert judge({"bare": bare, "borrowed": borrowed}, 1.0, 0.05) == {"bare": ONE_SEED, "borrowed": "worse"}
