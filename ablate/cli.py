@@ -43,9 +43,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
 
 
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("ablate")
+    except PackageNotFoundError:  # run from a source tree that is not installed
+        return "unknown (not installed)"
+
+
 def build_parser() -> Parser:
     """Every command, flag and help text: an argparse table, one entry a flag."""
     parser = Parser(prog="ablate", description="Architecture ablations of the translation Transformer.")
+    parser.add_argument("--version", action="version", version=f"ablate {_version()}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     run = commands.add_parser("run", help="train and evaluate every run of experiment files")

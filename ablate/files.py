@@ -15,10 +15,19 @@ import yaml
 from ablate.errors import SpecError, dotted
 
 
+def umask_mode() -> int:
+    """The mode a file created now gets from open(): 0o666 less the process's umask (mkstemp's files are 0o600
+    whatever the umask, which hides results from colleagues on a shared file system)."""
+    mask = os.umask(0)
+    os.umask(mask)
+    return 0o666 & ~mask
+
+
 def write_text(path: Path, text: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
     try:
+        os.fchmod(fd, umask_mode())
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)
             f.flush()
@@ -42,6 +51,10 @@ def read_json(path: Path) -> Any:
 
 
 def read_yaml(path: Path) -> dict[str, Any]:
+    if path.is_dir():
+        found = sorted(str(p) for p in path.glob("*.yaml"))[:3]
+        hint = f" such as {', '.join(found)}" if found else ""
+        raise SpecError([f"{path}: a directory, not a YAML file: give the experiment files{hint}"])
     if not path.is_file():
         raise SpecError([f"{path}: no such file"])
     try:

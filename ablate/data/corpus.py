@@ -20,7 +20,8 @@ from typing import ClassVar
 
 from pydantic import Field
 
-from ablate.errors import UserError
+from ablate.errors import SpecValueError, UserError
+from ablate.files import umask_mode
 from ablate.registry import Part, PartParams, slot
 
 
@@ -169,6 +170,7 @@ class Multi30k(Corpus):
             self.root.mkdir(parents=True, exist_ok=True)
             with tempfile.NamedTemporaryFile(dir=self.root, prefix=f".{name}.", delete=False) as tmp:
                 partial = Path(tmp.name)
+                os.fchmod(tmp.fileno(), umask_mode())
                 with urllib.request.urlopen(url, timeout=60) as response:
                     shutil.copyfileobj(response, tmp)
         except (urllib.error.URLError, OSError, TimeoutError) as error:
@@ -231,7 +233,10 @@ def corpus_rows() -> list[tuple[str, str, str, str]]:
 
 def download(name: str, root: Path) -> list[Path]:
     """Every file of a downloadable corpus, fetched where missing and checked against its checksum."""
-    corpus = CORPUS.build(CORPUS.parse(name), root=root)
+    try:
+        corpus = CORPUS.build(CORPUS.parse(name), root=root)
+    except SpecValueError as error:
+        raise UserError(f"ablate data download: {error}") from None
     if not hasattr(corpus, "files"):
         raise UserError(f"corpus '{name}' is read from your own files; there is nothing to download")
     paths = []

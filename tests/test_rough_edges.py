@@ -1,0 +1,53 @@
+"""Rough edges a new user hits, each through the CLI: files written with the umask's permissions, an unknown corpus
+and a directory given for a file as one-line errors, and `ablate --version`."""
+
+import os
+import stat
+
+from ablate.files import write_text
+from tests.conftest import ROOT, cli
+
+
+def test_result_files_are_written_with_the_umasks_permissions(tmp_path):
+    old = os.umask(0o022)
+    try:
+        write_text(tmp_path / "a.json", "{}")
+        assert stat.S_IMODE((tmp_path / "a.json").stat().st_mode) == 0o644  # mkstemp alone gave 0o600
+        os.umask(0o077)
+        write_text(tmp_path / "b.json", "{}")
+        assert stat.S_IMODE((tmp_path / "b.json").stat().st_mode) == 0o600
+    finally:
+        os.umask(old)
+
+
+def test_every_file_of_a_report_has_the_umasks_permissions(tmp_path):
+    """Its tables (written atomically) as its plots: until 2026-11-27 the tables were 0o600 and the PNGs 0o644."""
+    import shutil
+
+    shutil.copytree(ROOT / "results" / "width", tmp_path / "width")
+    shutil.rmtree(tmp_path / "width" / "report")
+    run = cli("report", str(tmp_path / "width"), "--significance", "none")
+    assert run.returncode == 0, run.stderr
+    mask = os.umask(0)
+    os.umask(mask)
+    modes = {p.name: stat.S_IMODE(p.stat().st_mode) for p in (tmp_path / "width" / "report").iterdir()}
+    assert set(modes.values()) == {0o666 & ~mask}, modes
+
+
+def test_downloading_an_unknown_corpus_is_one_line():
+    run = cli("data", "download", "nope")
+    assert run.returncode == 2 and "Traceback" not in run.stderr
+    assert run.stderr.strip() == "ablate data download: unknown corpus 'nope' (registered: multi30k, files)"
+
+
+def test_validating_a_directory_says_to_give_its_files():
+    run = cli("validate", "experiments")
+    assert run.returncode == 2 and len(run.stderr.strip().splitlines()) == 1
+    assert run.stderr.startswith("experiments: a directory, not a YAML file: give the experiment files such as ")
+
+
+def test_version():
+    from importlib.metadata import version
+
+    run = cli("--version")
+    assert run.returncode == 0 and run.stdout.strip() == f"ablate {version('ablate')}"
