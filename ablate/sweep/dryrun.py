@@ -35,6 +35,8 @@ def dry_run(experiments: list[Experiment], options, console) -> int:
         console.print("  params at the nominal vocabulary size of tokenizer.vocab_size", highlight=False)
         for line in design_lines(experiment, options.results, record, planned):
             console.print(f"  {line}", highlight=False)
+        if record is not None and record.max_seeds is not None:
+            console.print(f"  {next_look(experiment, options, record)}", highlight=False)
     return Exit.COMPLETED
 
 
@@ -63,6 +65,15 @@ def design_lines(experiment: Experiment, results: Path, record: DesignRecord | N
         worst = len(planned)
         case = f"{worst} runs ({len(runs)} runs x their seeds)"
     to_train = [p for p in planned if p.trains]
+    if sequential:  # the looks decide what trains: price the worst case, each run at its measured time here
+        finished = len(planned) - len(to_train)
+        seconds, measured = cost_here(runs, experiment.name, results)
+        left = worst - finished
+        cost = ("no measurement here: no run of this experiment has finished on this machine under "
+                f"{results}") if measured == 0 else (f"the worst case's {left} runs left about "
+                f"{seconds / len(runs) * left / 3600:.1f} run-hours, from {measured} finished runs of this "
+                "experiment on this machine, one run at a time")  # fmt: skip
+        return [said, f"worst case: {case}", f"cost: {cost}"]
     seconds, measured = cost_here([p.job.run for p in to_train], experiment.name, results)
     if not to_train:
         cost = "nothing to train now"
@@ -72,10 +83,19 @@ def design_lines(experiment: Experiment, results: Path, record: DesignRecord | N
         cost = (f"about {seconds / 3600:.1f} run-hours for the {len(to_train)} to train now, from {measured} "
                 "finished runs of this experiment on this machine (the same CPU model, ISA and bf16, or GPU), one "
                 "run at a time")  # fmt: skip
-    if sequential and to_train:
-        per_run = seconds / max(len(to_train), 1)
-        cost += f"; the worst case about {per_run * (worst - (len(planned) - len(to_train))) / 3600:.1f} run-hours"
     return [said, f"worst case: {case}; {len(to_train)} to train now", f"cost: {cost}"]
+
+
+def next_look(experiment: Experiment, options, record: DesignRecord) -> str:
+    """Where a sequential design stands, replayed from the result files, and the seeds its next look trains."""
+    from ablate.sweep.sequential import state
+
+    replayed, have = state(experiment, options, record)
+    if replayed.done:
+        return f"sequential: decided after {replayed.looks} look(s); nothing more to train"
+    adding = {run: n for run, n in replayed.wanted.items() if n > have.get(run, 0)}
+    trains = ", ".join(f"{run} to {n} seeds" for run, n in adding.items()) or "nothing (reads the finished seeds)"
+    return f"sequential: {replayed.looks} look(s) taken; look {replayed.looks + 1} trains {trains}"
 
 
 def cost_here(runs: list[str], experiment: str, results: Path) -> tuple[float, int]:
