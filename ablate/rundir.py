@@ -352,7 +352,7 @@ def read_design(experiment: Path) -> DesignRecord | None:
 
 
 def write_design(experiment: Path, design: DesignRecord) -> None:
-    write_json(experiment / DESIGN, design.model_dump())
+    write_json(experiment / DESIGN, design.model_dump(exclude_none=True))
 
 
 def write_slurm_job(directory: Path, job_id: str, folder: Path) -> None:

@@ -315,11 +315,13 @@ def test_verdicts_follow_the_interval_and_the_declared_margin(results, tmp_path)
     assert verdict("--margin", f"{edge * 1.02:.6g}") == "equivalent" and tost(interval, edge * 1.02, 0.05)
     assert verdict("--margin", f"{edge * 0.98:.6g}") == plain
     text = report(results, "--format", "md", "--no-files", "--margin", "2.5")
-    assert "reject |ΔBLEU| ≥ 2.5 BLEU" in text and "The margin: --margin." in text
+    assert "reject |ΔBLEU| ≥ 2.5 BLEU" in text and "margin 2.5 (a view; declared: none)" in text
     shutil.copytree(results, tmp_path / "rep")  # a margin declared in design.json, as `ablate run` writes it
     (tmp_path / "rep" / "design.json").write_text('{"margin": 2.5, "seeds": [1, 2], "first": 2}')
-    assert f"The margin: declared in {tmp_path / 'rep' / 'design.json'}." in report(tmp_path / "rep", "--format",
-                                                                                    "md", "--no-files")  # fmt: skip
+    assert f"margin 2.5 (declared in {tmp_path / 'rep' / 'design.json'})" in report(tmp_path / "rep", "--format",
+                                                                                   "md", "--no-files")  # fmt: skip
+    assert "margin 3 (a view; declared: 2.5)" in report(tmp_path / "rep", "--format", "md", "--no-files",
+                                                        "--margin", "3")  # fmt: skip
 
 
 def test_delta_bleu_is_the_difference_of_the_means_rounded_once(tmp_path):

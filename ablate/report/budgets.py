@@ -148,7 +148,9 @@ def budget_table(exp: ExperimentResults, declared: Declared | None = None) -> Bu
             rows.append({
                 "run": run, "budget": budget_name(b), "BLEU": mean_of(bleu),
                 "BLEU std": round(statistics.stdev(bleu), 2) if len(bleu) > 1 else None, "n": len(bleu),
-                "ΔBLEU": None if interval is None else round(interval.delta, 2),
+                # the comparison table's rule (frame._scores): the difference of the seeds' mean BLEUs, rounded once
+                "ΔBLEU": None if interval is None or not bleu or not reference
+                else round(statistics.fmean(bleu) - statistics.fmean(reference), 2) + 0.0,
                 "ΔBLEU lo": None if interval is None else round(interval.low, 2),
                 "ΔBLEU hi": None if interval is None else round(interval.high, 2),
                 "verdict": None,
