@@ -51,3 +51,23 @@ def test_version():
 
     run = cli("--version")
     assert run.returncode == 0 and run.stdout.strip() == f"ablate {version('ablate')}"
+
+
+def test_check_lists_every_reference_with_its_mode_and_cost():
+    run = cli("check", "--list")
+    assert run.returncode == 0, run.stderr
+    out = " ".join(run.stdout.split())
+    for name in ("base-cpu", "tiny-cpu", "transformer-tiny", "seq2seq-notebook"):
+        assert name in out
+    assert "not yet measured" in out and "noise" in out and "min" in out
+
+
+def test_check_outside_the_repository_root_says_where_to_run_it(tmp_path):
+    run = cli("check", cwd=tmp_path)
+    assert run.returncode == 2 and len(run.stderr.strip().splitlines()) == 1
+    assert "run ablate check from the repository root" in run.stderr
+
+
+def test_check_help_says_what_a_bare_check_runs():
+    run = cli("check", "--help")
+    assert "A bare `ablate check` checks every measured reference" in " ".join(run.stdout.split())

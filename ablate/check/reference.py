@@ -156,7 +156,8 @@ def find(names: list[str], root: Path = REFERENCES) -> list[Path]:
     available = sorted(root.glob("*.yaml")) if root.is_dir() else []
     if not names:
         if not available:
-            raise UserError(f"{root}: no reference files (*.yaml)")
+            raise UserError(f"{root}: no reference files (*.yaml); run ablate check from the repository root, where "
+                            "results/reference/ is, or name a reference file")  # fmt: skip
         return available
     paths = []
     for name in names:

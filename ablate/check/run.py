@@ -129,6 +129,27 @@ def _compare(ref: Reference, measured: Measured, seed: int, noise: bool, out) ->
     return passed
 
 
+def list_references(names: list[str], out) -> int:
+    """`ablate check --list`: each reference, its status and mode, and what checking it cost where it was made."""
+    from rich.table import Table
+
+    table = Table(title="References (results/reference/)", title_justify="left")
+    for column in ("reference", "status", "mode", "source", "a check retrains", "measured on", "it took there"):
+        table.add_column(column)
+    for path in find(names):
+        ref = load(path)
+        wall = ref.environment.get("wall_seconds")
+        took = f"{wall / 60:.0f} min" if isinstance(wall, int | float) else "-"
+        where = (ref.machine or {}).get("device", "-")
+        threads = f", {ref.threads} thread{'s' if ref.threads != 1 else ''}" if ref.threads else ""
+        retrains = f"seed {ref.expected.first}{threads}" if ref.expected is not None else "-"
+        table.add_row(path.stem, ref.status, ref.mode, ref.source, retrains, where, took)
+    out.print(table)
+    out.print("A bare `ablate check` checks every measured reference; name some to check fewer. A check takes about "
+              "as long as its seed took where it was measured, longer on a slower CPU.", highlight=False)  # fmt: skip
+    return 0
+
+
 def check_all(names: list[str], update: bool, keep: Path | None, out, threads: int | None = None,
               noise: bool = False, from_results: Path | None = None) -> int:  # fmt: skip
     """`ablate check`: each named reference (default: every measured one); the exit code, 1 when any failed."""
