@@ -234,6 +234,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
     out = console()
     for experiment in load_experiments(args.files, args.overrides, args.lr_sweep):
+        for line in experiment.warnings():
+            print(f"warning: {line}", file=sys.stderr)
         table = Table(title=f"{experiment.path}: {experiment.name} ({len(experiment.runs)} runs)", title_justify="left")
         table.add_column("run")
         table.add_column("differs from the baseline")
@@ -266,6 +268,9 @@ def _run(args: argparse.Namespace) -> int:
     from ablate.sweep.specfile import parse_overrides
 
     experiments = load_experiments(args.files, args.overrides, args.lr_sweep)
+    for experiment in experiments:
+        for line in experiment.warnings():
+            print(f"warning: {line}", file=sys.stderr)
     only = [name for item in args.only for name in item.split(",") if name]
     runner.check_only(experiments, only)
     if args.tensorboard is not None and importlib.util.find_spec("tensorboard") is None:

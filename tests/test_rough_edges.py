@@ -71,3 +71,26 @@ def test_check_outside_the_repository_root_says_where_to_run_it(tmp_path):
 def test_check_help_says_what_a_bare_check_runs():
     run = cli("check", "--help")
     assert "A bare `ablate check` checks every measured reference" in " ".join(run.stdout.split())
+
+
+def test_early_stopping_that_can_never_trigger_is_warned_of():
+    smoke = str(ROOT / "experiments" / "smoke.yaml")
+    run = cli("validate", smoke, "--set", "training.early_stopping={metric: valid_loss, patience: 4}")
+    assert run.returncode == 0, run.stderr
+    assert run.stderr.strip() == (f"warning: {smoke}: every run: training.early_stopping.patience: 4 validations "
+                                  "without improvement, but the run validates 2 times in its 150 steps, so early "
+                                  "stopping can never end it")  # fmt: skip
+    quiet = cli("validate", smoke, "--set", "training.early_stopping={metric: valid_loss, patience: 1}")
+    assert quiet.returncode == 0 and quiet.stderr == ""
+
+
+def test_a_dotted_key_below_an_unset_section_sets_it_up():
+    """`--set training.early_stopping.patience=4` on a base without early stopping: the section with its
+    defaults and that patience, not an error that hides the {metric: ..., patience: ...} form."""
+    from ablate.sweep.experiment import load_experiment
+
+    exp = load_experiment(ROOT / "experiments" / "smoke.yaml", ["training.early_stopping.patience=1"])
+    stopping = exp.baseline.spec.training.early_stopping
+    assert stopping is not None and (stopping.metric, stopping.patience) == ("valid_loss", 1)
+    run = cli("validate", str(ROOT / "experiments" / "smoke.yaml"), "--set", "training.early_stopping.patence=1")
+    assert run.returncode == 2 and "did you mean 'patience'?" in run.stderr

@@ -153,6 +153,16 @@ class Experiment:
         """The runs before a learning-rate sweep multiplied them, the baseline first."""
         return list(dict.fromkeys(run.arm or run.name for run in self.runs))
 
+    def warnings(self) -> list[str]:
+        """`FILE: run NAME: dotted.key: why` for what is valid but cannot do what it says (RunSpec.warnings), once
+        for a warning every run shares."""
+        seen: dict[str, list[str]] = {}
+        for run in self.runs:
+            for line in run.spec.warnings():
+                seen.setdefault(line, []).append(run.name)
+        return [f"{self.path}: {'every run' if len(names) == len(self.runs) else 'run ' + ', '.join(names)}: {line}"
+                for line, names in seen.items()]  # fmt: skip
+
     def run(self, name: str) -> Run:
         for run in self.runs:
             if run.name == name:

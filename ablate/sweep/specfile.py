@@ -8,6 +8,7 @@ is wrong.
 from __future__ import annotations
 
 import copy
+import typing
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -78,6 +79,13 @@ def apply_overrides(data: dict[str, Any], changes: dict[str, Any], file: Path | 
     return data
 
 
+def _section(annotation: Any) -> Any:
+    """A field's section model, an optional one too (`EarlyStoppingSpec | None`: a dotted key below it sets the
+    section up with its defaults); else the annotation itself."""
+    members = [a for a in typing.get_args(annotation) if isinstance(a, type) and issubclass(a, BaseModel)]
+    return members[0] if len(members) == 1 else annotation
+
+
 def _check_key(parts: list[str], file: Path | str, loc: tuple) -> None:
     from ablate.train.spec import RunSpec
 
@@ -91,4 +99,4 @@ def _check_key(parts: list[str], file: Path | str, loc: tuple) -> None:
             raise SpecError.at(file, [Issue(loc, f"no such key in the spec: {unknown_key(part, model.model_fields)}")])
         field_info = model.model_fields[part]
         slots = [m for m in field_info.metadata if isinstance(m, Slot)]
-        model = slots[0] if slots else field_info.annotation
+        model = slots[0] if slots else _section(field_info.annotation)

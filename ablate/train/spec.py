@@ -20,7 +20,7 @@ from ablate.errors import SpecValueError
 from ablate.model.spec import ModelSpec
 from ablate.train.evaluation import EvaluationSpec
 from ablate.train.schedules import SCHEDULE
-from ablate.train.trainer import POINT_BUDGETS, TrainingSpec
+from ablate.train.trainer import POINT_BUDGETS, VALIDATIONS, TrainingSpec
 
 __all__ = ["DataSpec", "EvaluationSpec", "ModelSpec", "RunSpec", "TokenizerSpec", "TrainingSpec"]
 
@@ -33,6 +33,19 @@ class RunSpec(Section):
     data: DataSpec = Field(default_factory=DataSpec)
     training: TrainingSpec = Field(default_factory=lambda: TrainingSpec(max_steps=100_000))
     evaluation: EvaluationSpec = Field(default_factory=EvaluationSpec)
+
+    def warnings(self) -> list[str]:
+        """What is valid but cannot do what it says: `dotted.key: why`, one line each."""
+        out = []
+        training = self.training
+        stopping, every, steps = training.early_stopping, training.validate_every, training.max_steps
+        if stopping is not None and steps is not None and every != "epoch":
+            validations = steps // every if every else VALIDATIONS
+            if stopping.patience >= validations:
+                out.append(f"training.early_stopping.patience: {stopping.patience} validations without improvement, "
+                           f"but the run validates {validations} times in its {steps:,} steps, so early stopping "
+                           "can never end it")  # fmt: skip
+        return out
 
     @model_validator(mode="after")
     def _averaging(self) -> RunSpec:
