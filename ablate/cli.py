@@ -60,60 +60,64 @@ def build_parser() -> Parser:
 
     run = commands.add_parser("run", help="train and evaluate every run of experiment files")
     run.add_argument("files", nargs="+", metavar="FILE")
-    _add_set(run)
-    run.add_argument("--results", type=Path, default=Path("results"), metavar="DIR",
+    what = run.add_argument_group("what to train")
+    where = run.add_argument_group("where it trains")
+    slurm = run.add_argument_group("on a Slurm cluster")
+    design = run.add_argument_group("how rows are judged (results/<experiment>/design.json)")
+    _add_set(what)
+    what.add_argument("--results", type=Path, default=Path("results"), metavar="DIR",
                      help="where results/<experiment>/ goes (default: ./results)")  # fmt: skip
-    run.add_argument("--seeds", type=_seeds, metavar="N|LIST",
+    what.add_argument("--seeds", type=_seeds, metavar="N|LIST",
                      help="N: train each run with N seeds from training.seed on; or a list such as 1,2,3")  # fmt: skip
-    run.add_argument(
+    what.add_argument(
         "--only",
         action="append",
         default=[],
         metavar="RUN",
         help="train only this run, or each rate of it in a sweep (repeatable, or comma-separated)",
     )
-    _add_lr_sweep(run)
-    run.add_argument("--fresh", action="store_true",
+    _add_lr_sweep(what)
+    what.add_argument("--fresh", action="store_true",
                      help="start the planned runs over, deleting their earlier results and checkpoints, and "
                      "train what could be reused from another experiment")  # fmt: skip
-    run.add_argument("--dry-run", action="store_true", help="print the planned runs and train nothing")
-    run.add_argument("--device", choices=["auto", "cpu", "cuda"], default=None,
+    what.add_argument("--dry-run", action="store_true", help="print the planned runs and train nothing")
+    where.add_argument("--device", choices=["auto", "cpu", "cuda"], default=None,
                      help="auto: every visible GPU, else the CPU (default: training.device of the spec)")  # fmt: skip
-    run.add_argument("--gpus-per-run", type=int, default=None, metavar="K",
+    where.add_argument("--gpus-per-run", type=int, default=None, metavar="K",
                      help="GPUs of one run, data-parallel (DDP) when K > 1 (default 1; with Slurm, 0 for a CPU "
                      "spec, 1 for cuda, and for auto 1 where the partition's nodes have GPUs)")  # fmt: skip
-    run.add_argument("--runs-per-gpu", type=_positive, default=1, metavar="R",
+    where.add_argument("--runs-per-gpu", type=_positive, default=1, metavar="R",
                      help="R runs share each GPU, one GPU a run: for models too small to keep a GPU busy (start "
                      "NVIDIA's MPS, nvidia-cuda-mps-control -d, so that their kernels overlap); their speed "
                      "columns may then measure a shared GPU (default 1; docs/running.md)")  # fmt: skip
-    run.add_argument("--threads-per-run", type=_positive, default=None, metavar="K",
+    where.add_argument("--threads-per-run", type=_positive, default=None, metavar="K",
                      help="on the CPU: K threads a run, each run pinned to K cores of its own, as many runs at "
                      "once as the cores allow (default: OMP_NUM_THREADS when it is set; else as many runs at once "
                      "as there are jobs, up to one a core, the cores shared out evenly: one core a run when "
                      "there are as many jobs as cores, which trains the most runs an hour; every core for a "
                      "single run)")  # fmt: skip
-    run.add_argument("--tensorboard", type=Path, default=None, metavar="DIR",
+    where.add_argument("--tensorboard", type=Path, default=None, metavar="DIR",
                      help="also log curves for TensorBoard under DIR/<experiment>/<run>/seed-<n>")  # fmt: skip
-    run.add_argument("--launcher", choices=LAUNCHERS, default="local",
+    slurm.add_argument("--launcher", choices=LAUNCHERS, default="local",
                      help="local: worker processes here; slurm: a Slurm job array through submitit; "
                      "submitit-local: submitit's local executor (the slurm path without a cluster)")  # fmt: skip
-    run.add_argument("--partition", help="Slurm partition (default: slurm.partition of the experiment)")
-    run.add_argument("--time-min", type=int, metavar="MIN", help="Slurm time limit of one run, in minutes")
-    run.add_argument("--cpus-per-run", type=int, metavar="N",
+    slurm.add_argument("--partition", help="Slurm partition (default: slurm.partition of the experiment)")
+    slurm.add_argument("--time-min", type=int, metavar="MIN", help="Slurm time limit of one run, in minutes")
+    slurm.add_argument("--cpus-per-run", type=int, metavar="N",
                      help="Slurm CPUs of one run (default: what every node of the partition can give)")  # fmt: skip
-    run.add_argument("--slurm", action="append", default=[], metavar="KEY=VALUE",
+    slurm.add_argument("--slurm", action="append", default=[], metavar="KEY=VALUE",
                      help="a further sbatch option (repeatable): --slurm account=nlp --slurm qos=high")  # fmt: skip
-    run.add_argument("--no-wait", action="store_true",
+    slurm.add_argument("--no-wait", action="store_true",
                      help="with slurm: submit and return; run the same command again to collect")  # fmt: skip
-    run.add_argument("--margin", type=_margin, metavar="BLEU",
+    design.add_argument("--margin", type=_margin, metavar="BLEU",
                      help="declare a margin of equivalence over the experiment's `margin:`, before looking: a row "
                      "whose interval lies inside ±BLEU is equivalent (written to results/<experiment>/design.json; "
                      "docs/reports.md)")  # fmt: skip
-    run.add_argument("--until-decided", action="store_true",
+    design.add_argument("--until-decided", action="store_true",
                      help="train the first seeds, then one more seed for each undecided row (and the baseline where "
                      "it limits them) until every row is better, worse or equivalent, or has --max-seeds; false "
                      "decisions kept at 5%% over all the looks (docs/reports.md)")  # fmt: skip
-    run.add_argument("--max-seeds", type=_positive, metavar="N",
+    design.add_argument("--max-seeds", type=_positive, metavar="N",
                      help="with --until-decided: the most seeds a run may have")  # fmt: skip
     run.set_defaults(handler=cmd_run)
 

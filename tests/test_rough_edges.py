@@ -94,3 +94,12 @@ def test_a_dotted_key_below_an_unset_section_sets_it_up():
     assert stopping is not None and (stopping.metric, stopping.patience) == ("valid_loss", 1)
     run = cli("validate", str(ROOT / "experiments" / "smoke.yaml"), "--set", "training.early_stopping.patence=1")
     assert run.returncode == 2 and "did you mean 'patience'?" in run.stderr
+
+
+def test_run_help_groups_its_flags():
+    out = cli("run", "--help").stdout
+    groups = ["what to train:", "where it trains:", "on a Slurm cluster:", "how rows are judged"]
+    assert all(g in out for g in groups)
+    assert [out.index(g) for g in groups] == sorted(out.index(g) for g in groups)
+    flags = out[out.index("options:") :]  # below the usage line, which names every flag
+    assert flags.index("--margin BLEU") > flags.index("how rows are judged") > flags.index("--partition")
