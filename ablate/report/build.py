@@ -23,6 +23,7 @@ from ablate.report import figures, plots
 from ablate.report.breakdown import length_frame, optional_frame
 from ablate.report.budgets import Budgets, at_budget, budget_table, reproduction
 from ablate.report.decide import Design
+from ablate.report.forest import forest_plot
 from ablate.report.frame import report_frame, select
 from ablate.report.literature import TITLE, literature_frame
 from ablate.report.page import page
@@ -48,6 +49,8 @@ class Report:
     against: Table | None  # each row beside the paper's Table 3, where a run changes one of its settings
     budgets: Budgets | None  # every run at every budget point, where runs have several
     reproduced: Table | None  # budget points against runs trained to that budget alone, where there are some
+    comparison: pd.DataFrame | None = None  # the comparison with every column: what the forest plot draws
+    declared: Declared | None = None  # the design its verdicts follow (the margin the forest plot shades)
 
 
 def build(directory: Path, test: str = "bs", at: Literal["all", "best-lr"] = "all", columns: list[str] | None = None,
@@ -76,7 +79,8 @@ def build(directory: Path, test: str = "bs", at: Literal["all", "best-lr"] = "al
         title += f", every run at budget point {budget:g}"
     budgets = budget_table(source, declared_) if budget is None else None
     reproduced = reproduction(source, directory.resolve().parent) if budget is None else None
-    return Report(exp, source, title, frame, notes, lr, literature_frame(exp, full), budgets, reproduced)
+    return Report(exp, source, title, frame, notes, lr, literature_frame(exp, full), budgets, reproduced, full,
+                  declared_)  # fmt: skip
 
 
 BUDGETS_TITLE, AGREEMENT_TITLE = "effect against compute", "rank agreement across budgets"
@@ -155,6 +159,10 @@ def write_report(report: Report) -> list[Path]:
         write_text(folder / name, content)
     written = [folder / name for name in files]
     if figures.available():
+        declared_ = report.declared
+        margin = declared_.design.margin if declared_ is not None else None
+        written += forest_plot(exp.name, report.comparison, margin, report.budgets, folder,
+                               declared_.margin_text() if declared_ is not None else "")  # fmt: skip
         written += plots.write_plots(exp, folder, report.budgets)
     svgs = [p for p in written if p.suffix == ".svg"]
     absent = "nothing to plot" if figures.available() else "matplotlib is not installed"

@@ -18,6 +18,7 @@ from ablate.report.breakdown import bucket_sizes, by_length
 from ablate.report.budgets import Budgets
 from ablate.report.diagnostic_plots import attention, gradient_norms, norms
 from ablate.report.figures import mean_band, save_figure
+from ablate.report.forest import CAPTION as FOREST_CAPTION
 from ablate.report.results import ExperimentResults, JobRecord, bleus
 from ablate.report.significance import Interval
 
@@ -28,6 +29,7 @@ FITTED = " The y axis fits the runs that did not diverge: a diverged run's blow-
 
 # What each plot shows, as the page captions it
 CAPTIONS = {
+    "forest": FOREST_CAPTION,
     "curves": f"Training loss (an exponential moving average over 1/{SMOOTHING} of the run, raw values faint), "
     "validation loss and validation BLEU, against step and against wall time; a line is the mean over the "
     "completed seeds, a band their min to max.",

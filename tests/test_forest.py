@@ -1,0 +1,36 @@
+"""The forest plot draws the report's own rows: each interval, the margin, the verdict; a panel a budget point."""
+
+import pandas as pd
+
+from ablate.report.forest import CAPTION, forest_plot, panels, rows_of
+
+
+def frame():
+    return pd.DataFrame([
+        {"run": "baseline", "ΔBLEU": None, "ΔBLEU lo": None, "ΔBLEU hi": None, "verdict": None},
+        {"run": "a", "ΔBLEU": -2.0, "ΔBLEU lo": -3.0, "ΔBLEU hi": -1.0, "verdict": "worse"},
+        {"run": "b", "ΔBLEU": 0.1, "ΔBLEU lo": -0.5, "ΔBLEU hi": 0.7, "verdict": "equivalent"},
+        {"run": "c", "ΔBLEU": 1.5, "ΔBLEU lo": 1.0, "ΔBLEU hi": 2.0, "verdict": "undecided (1 seed)"},
+    ], dtype=object)  # fmt: skip
+
+
+def test_rows_are_the_tables_rows_with_an_interval():
+    rows = rows_of(frame())
+    assert [(r.run, r.delta, r.low, r.high, r.verdict) for r in rows] == [
+        ("a", -2.0, -3.0, -1.0, "worse"), ("b", 0.1, -0.5, 0.7, "equivalent"),
+        ("c", 1.5, 1.0, 2.0, "undecided (1 seed)")]  # fmt: skip
+    assert [title for title, _ in panels(frame(), None)] == ["the comparison"]
+
+
+def test_the_plot_is_written_as_png_and_svg_with_every_row_and_verdict(tmp_path):
+    written = forest_plot("e", frame(), 1.0, None, tmp_path)
+    assert sorted(p.name for p in written) == ["forest.png", "forest.svg"]
+    svg = (tmp_path / "forest.svg").read_text()
+    for text in ("worse", "equivalent", "undecided (1 seed)", "margin ±1 BLEU", "the comparison"):
+        assert text in svg
+    assert "margin" in CAPTION and "one seed" in CAPTION
+
+
+def test_no_interval_no_plot(tmp_path):
+    empty = frame().iloc[:1]
+    assert forest_plot("e", empty, 1.0, None, tmp_path) == [] and not list(tmp_path.iterdir())
