@@ -34,3 +34,9 @@ def test_the_plot_is_written_as_png_and_svg_with_every_row_and_verdict(tmp_path)
 def test_no_interval_no_plot(tmp_path):
     empty = frame().iloc[:1]
     assert forest_plot("e", empty, 1.0, None, tmp_path) == [] and not list(tmp_path.iterdir())
+
+
+def test_a_row_beyond_the_axis_is_an_arrow_with_its_value(tmp_path):
+    forest_plot("e", frame(), 1.0, None, tmp_path, xlim=(-1.5, 1.8))
+    svg = (tmp_path / "forest.svg").read_text()
+    assert "−2.00 [−3.00, −1.00] worse" in svg  # a: left of −1.5

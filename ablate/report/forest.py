@@ -56,8 +56,10 @@ def panels(comparison: pd.DataFrame, budgets: Budgets | None) -> list[tuple[str,
 
 
 def forest_plot(name: str, comparison: pd.DataFrame, margin: float | None, budgets: Budgets | None,
-                directory: Path, margin_text: str = "") -> list[Path]:  # fmt: skip
-    """forest.{png,svg}; nothing when no row has an interval."""
+                directory: Path, margin_text: str = "",
+                xlim: tuple[float, float] | None = None) -> list[Path]:  # fmt: skip
+    """forest.{png,svg}; nothing when no row has an interval. `xlim`: the ΔBLEU axis, a row beyond it drawn as an
+    arrow at the edge with its value."""
     import matplotlib.pyplot as plt
 
     drawn = panels(comparison, budgets)
@@ -68,7 +70,7 @@ def forest_plot(name: str, comparison: pd.DataFrame, margin: float | None, budge
     fig, axes = plt.subplots(1, len(drawn), figsize=(max(width, 6.5), 1.2 + 0.42 * len(runs)), sharey=True,
                              squeeze=False)  # fmt: skip
     for ax, (title, rows) in zip(axes[0], drawn, strict=True):
-        _panel(ax, title, rows, runs, margin)
+        _panel(ax, title, rows, runs, margin, xlim)
     axes[0][0].set_yticks(range(len(runs)), runs)
     axes[0][0].invert_yaxis()
     said = f"; margin ±{margin:g} BLEU" if margin is not None else "; no margin declared"
@@ -79,12 +81,21 @@ def forest_plot(name: str, comparison: pd.DataFrame, margin: float | None, budge
     return save_figure(fig, directory, "forest")
 
 
-def _panel(ax, title: str, rows: Sequence[Row], runs: list[str], margin: float | None) -> None:
+def _panel(ax, title: str, rows: Sequence[Row], runs: list[str], margin: float | None,
+           xlim: tuple[float, float] | None = None) -> None:  # fmt: skip
     if margin is not None:
         ax.axvspan(-margin, margin, color="0.9", zorder=0)
     ax.axvline(0.0, color="0.5", linewidth=0.8, zorder=1)
     for row in rows:
         y = runs.index(row.run)
+        if xlim is not None and (row.high < xlim[0] or row.low > xlim[1]):  # off the axis: an arrow at its edge
+            left = row.high < xlim[0]
+            edge = xlim[0] if left else xlim[1]
+            ax.plot([edge], [y], marker="<" if left else ">", color="C3" if row.verdict.startswith("worse") else "C0")
+            ax.annotate(f"{row.delta:+.2f} [{row.low:+.2f}, {row.high:+.2f}] {row.verdict}".replace("-", "−"),
+                        (edge, y), xytext=(8 if left else -8, 0), textcoords="offset points", va="center",
+                        ha="left" if left else "right", fontsize="x-small", color="0.3")  # fmt: skip
+            continue
         marker, filled = ONE_SEED_MARKER if "1 seed" in row.verdict else MARKERS.get(row.verdict.split(" (")[0],
                                                                                        ("o", False))  # fmt: skip
         color = (
@@ -97,4 +108,7 @@ def _panel(ax, title: str, rows: Sequence[Row], runs: list[str], margin: float |
                     fontsize="x-small", color="0.3")  # fmt: skip
     ax.set_title(title, fontsize="small")
     ax.set_xlabel("ΔBLEU")
-    ax.margins(x=0.25)
+    if xlim is not None:
+        ax.set_xlim(*xlim)
+    else:
+        ax.margins(x=0.25)
