@@ -37,6 +37,6 @@ def test_no_interval_no_plot(tmp_path):
 
 
 def test_a_row_beyond_the_axis_is_an_arrow_with_its_value(tmp_path):
-    forest_plot("e", frame(), 1.0, None, tmp_path, xlim=(-1.5, 1.8))
+    forest_plot("e", frame(), 1.0, None, tmp_path, xlim=(-0.9, 2.5))
     svg = (tmp_path / "forest.svg").read_text()
-    assert "−2.00 [−3.00, −1.00] worse" in svg  # a: left of −1.5
+    assert "−2.00 [−3.00, −1.00] worse" in svg  # a: left of −0.9
