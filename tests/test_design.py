@@ -53,14 +53,20 @@ def test_the_first_run_declares_the_margin_and_when(tmp_path):
     assert json.loads((tmp_path / "pe" / "design.json").read_text())["margin"] == 3.0
 
 
-def test_the_report_at_another_margin_is_a_view_and_says_so(finished):
+def test_the_report_at_another_margin_is_a_view_and_says_so(tmp_path):
+    """On a copy of results/width (3 runs, a report of seconds) with a design declaring margin 1."""
+    import json
+
     from ablate.report.verdicts import declared
 
-    run = cli("report", str(finished / "pe"), "--margin", "3", "--no-files", "--format", "md")
+    shutil.copytree(ROOT / "results" / "width", tmp_path / "width", ignore=shutil.ignore_patterns("report"))
+    (tmp_path / "width" / "design.json").write_text(json.dumps({"margin": 1.0, "seeds": [1], "first": 1}))
+    run = cli("report", str(tmp_path / "width"), "--margin", "3", "--no-files", "--format", "md")
     assert run.returncode == 0, run.stderr
     assert "margin 3 (a view; declared: 1)" in run.stdout
-    assert declared(finished / "pe").margin_text() == f"margin 1 (declared in {finished / 'pe' / 'design.json'})"
-    assert declared(finished / "pe", 1.0).margin_text() == declared(finished / "pe").margin_text()  # no view
+    design = tmp_path / "width" / "design.json"
+    assert declared(tmp_path / "width").margin_text() == f"margin 1 (declared in {design})"
+    assert declared(tmp_path / "width", 1.0).margin_text() == declared(tmp_path / "width").margin_text()  # no view
 
 
 @pytest.mark.parametrize(

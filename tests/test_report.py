@@ -131,7 +131,7 @@ def test_terminal_output_and_files_next_to_the_tables(results, written):
     folder = results / "report"
     for name in ["table.md", "table.csv", "table.tex", "table.html", "cards.md"]:
         assert (folder / name).is_file(), name
-    plots = ["curves", "bleu", "length", "gradnorm", "entropy", "max_logit", "norms"]  # from a real run's files
+    plots = ["forest", "curves", "bleu", "length", "gradnorm", "entropy", "max_logit", "norms"]  # a real run's files
     for name in [f"{plot}.{suffix}" for plot in plots for suffix in ("png", "svg")] + ["index.html"]:
         assert (folder / name).stat().st_size > 1000, name  # matplotlib is a dependency
     assert "| run | n | BLEU | BLEU 1-10 | BLEU 11-20 | BLEU 21-30 | BLEU 31+ |" in (folder / "length.md").read_text()

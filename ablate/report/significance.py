@@ -15,7 +15,7 @@ arm's count (`seed_df`). Welch-Satterthwaite alone reads ~1,000 degrees of freed
 term whenever a seed variance happens to come out small, which with 2 or 3 seeds it often does: in
 ablate.report.calibration's simulation its 95% interval covered the true difference in 88% of
 experiments with 3 seeds against 2 (seed sds 0.2 and 1.1), 93.5% with 2 a side; capped, every cell
-covers at least 94.5% (docs/reports.md has the table). The seed level uses Student's t rather than a
+covers at least 94.9% (docs/reports.md has the table). The seed level uses Student's t rather than a
 bootstrap over seeds: with 2 to 5 seeds a percentile bootstrap is over-confident (in
 tests/test_significance.py's simulation of equal arms, 3 seeds a side, it covered 0 in 259 of 300
 trials, 86%, instead of 95%). With fewer than 2 seeds in an arm the seed level cannot be estimated:
