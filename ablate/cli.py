@@ -9,7 +9,7 @@ import signal
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from rich.console import Console
 from rich.table import Table
@@ -177,6 +177,37 @@ def build_parser() -> Parser:
                             "and seed (as `ablate run` reuses runs) and train only the others")  # fmt: skip
     check.set_defaults(handler=cmd_check)
 
+    bench = commands.add_parser(
+        "bench", help="time every run of experiment files side by side on this machine: speed.json",
+        description="Builds each run's model and batches on this machine and times them interleaved, run after run "
+        "and round after round: training updates, greedy and beam decoding, peak memory. No trained weights are "
+        "needed. Writes results/<experiment>/speed.json (speed.cuda.json on a GPU), which `ablate report` takes "
+        "its speed and memory columns from.")  # fmt: skip
+    bench.add_argument("files", nargs="+", metavar="FILE")
+    _add_set(bench)
+    bench.add_argument("--results", type=Path, default=Path("results"), metavar="DIR",
+                       help="where results/<experiment>/ is (default: ./results)")  # fmt: skip
+    bench.add_argument("--device", choices=["cpu", "cuda"], default="cpu", help="what to time (default cpu)")
+    bench.add_argument("--threads", type=_positive, metavar="N",
+                       help="CPU threads (default: torch's, every core; a sweep's runs train with one each when "
+                       "there are as many runs as cores)")  # fmt: skip
+    bench.add_argument("--updates", type=_positive, default=8, metavar="N",
+                       help="training updates a run a round, the first of its epoch 0 (default 8)")  # fmt: skip
+    bench.add_argument("--sentences", type=int, default=50, metavar="N",
+                       help="sentences of the first test split decoded a round, greedily and with beam search; 0: "
+                       "no decoding (default 50)")  # fmt: skip
+    bench.add_argument("--target", type=_fraction, default=0.03, metavar="F",
+                       help="stop once every ratio to the baseline has a 95%% interval within ±F "
+                       "(default 0.03)")  # fmt: skip
+    bench.add_argument("--max-minutes", type=float, default=5.0, metavar="MIN",
+                       help="stop an experiment's rounds after this long, whatever the intervals "
+                       "(default 5)")  # fmt: skip
+    bench.add_argument("--max-rounds", type=_positive, default=30, metavar="N", help="at most N rounds (default 30)")
+    bench.add_argument("--weights", choices=["initial", "trained"], default="initial",
+                       help="initial: each run's seeded initialisation (default); trained: its first seed's last "
+                       "checkpoint under --results, to check that speed does not depend on the weights")  # fmt: skip
+    bench.set_defaults(handler=cmd_bench)
+
     validate = commands.add_parser("validate", help="check experiment files and list their runs")
     validate.add_argument("files", nargs="+", metavar="FILE")
     _add_set(validate)
@@ -252,6 +283,40 @@ def cmd_validate(args: argparse.Namespace) -> int:
             f"  params at the nominal vocabulary size of tokenizer.vocab_size; all {len(experiment.runs)} runs valid"
         )
     return 0
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    from ablate.sweep.experiment import load_experiments
+    from ablate.train.bench import Options, bench
+
+    experiments = load_experiments(args.files, args.overrides)
+    if args.sentences < 0:
+        raise UserError(f"ablate bench: --sentences {args.sentences}: expected 0 or more")
+    options = Options(args.device, args.threads, args.updates, args.sentences, args.target,
+                      max_rounds=args.max_rounds, max_seconds=args.max_minutes * 60, weights=args.weights)  # fmt: skip
+    out = console()
+    for experiment in experiments:
+        record, path = bench(experiment, args.results / experiment.name, options, lambda line: print(line, flush=True))
+        out.print(speed_table(record))
+        out.print(f"  written to {path}")
+    return 0
+
+
+def speed_table(record: Any) -> Table:
+    """A bench's record (ablate.record.SpeedRecord) as the terminal shows it."""
+    table = Table(title=f"{record.experiment}: {record.machine}, {record.rounds} rounds, {record.seconds:.0f} s",
+                  title_justify="left")  # fmt: skip
+    for column in ("run", "ms/update", "tok/s", "vs baseline [95%]", "greedy sent/s", "beam sent/s", "peak MiB", "MFU"):
+        table.add_column(column, justify="left" if column == "run" else "right")
+    for r in record.runs:
+        ratio = "1" if r.ratio is None else f"{r.ratio.estimate:.2f} [{r.ratio.low:.2f}, {r.ratio.high:.2f}]"
+        table.add_row(r.run, f"{r.step_ms:,.0f}", f"{r.tokens_per_s:,.0f}", ratio, _number(r.greedy_sentences_per_s),
+                      _number(r.beam_sentences_per_s), _number(r.peak_memory_mib, 0), _number(r.mfu, 3))  # fmt: skip
+    return table
+
+
+def _number(value: float | None, digits: int = 1) -> str:
+    return "-" if value is None else f"{value:,.{digits}f}"
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -333,6 +398,17 @@ def _positive(value: str) -> int:
     return number
 
 
+def _fraction(value: str) -> float:
+    """A relative width such as 0.03: above 0, below 1."""
+    try:
+        number = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a fraction such as 0.03, got '{value}'") from None
+    if not 0 < number < 1:
+        raise argparse.ArgumentTypeError(f"expected a fraction between 0 and 1, got {value}")
+    return number
+
+
 def _margin(value: str) -> float:
     """A margin of equivalence in BLEU: a positive number."""
     try:
@@ -392,11 +468,11 @@ def cmd_report(args: argparse.Namespace) -> int:
         if fmt == "terminal":
             print_report(out, report, compact=args.columns is None)
         if not args.no_files:
-            written += write_report(report)
+            written += write_report(report, compact=args.columns is None)
             if not figures.available():
                 out.print("plots: not drawn, matplotlib (a dependency of ablate) is missing: pip install "
                           "'matplotlib>=3.7'", highlight=False)  # fmt: skip
-    text = render_all(reports, fmt) if fmt != "terminal" else ""
+    text = render_all(reports, fmt, compact=args.columns is None) if fmt != "terminal" else ""
     if args.output is not None:
         write_text(args.output, text)
         out.print(f"written: {args.output}", highlight=False)

@@ -31,6 +31,21 @@ class Status(str, Enum):
         return self.value
 
 
+class StoppedBy(str, Enum):
+    """What ended a completed run (result.json's `stopped_by`): the limit of its budget it reached first, or early
+    stopping before any. The trainer decides it, once (ablate.train.trainer.Outcome)."""
+
+    MAX_STEPS = "max_steps"
+    MAX_EPOCHS = "max_epochs"
+    MAX_TARGET_TOKENS = "max_target_tokens"
+    MAX_FLOPS = "max_flops"
+    MAX_SECONDS = "max_seconds"
+    EARLY_STOPPING = "early_stopping"
+
+    def __str__(self) -> str:
+        return self.value
+
+
 FINISHED = (Status.COMPLETED, Status.DIVERGED)  # results that stand: never trained again, and reusable
 
 Number = int | float  # kept as written: a budget of 2000 steps stays 2000, not 2000.0
@@ -188,7 +203,7 @@ class RunResult(Evaluation):
     peak_source: str | None = None
     mfu: float | None = None
     budget: dict[str, Number] | None = Field(None, description="the run's length limits: max_steps, ...")
-    stopped_by: str | None = None
+    stopped_by: StoppedBy | None = Field(None, description="the budget limit reached first, or early stopping")
     early_stopping: EarlyStop | None = Field(None, description="training.early_stopping's view of the run")
     train_target_tokens: int | None = None
     # budget points (evaluation.budgets), the run's end last
@@ -218,7 +233,7 @@ class RunResult(Evaluation):
         """The run's end as a budget point in `unit` (max_steps, ...), when its length is counted in that alone. A
         run that early stopping ended is not a run of its budget, which was a cap it never reached: None."""
         limits = self.budget or {}
-        if list(limits) != [unit] or self.stopped_by == "early_stopping":
+        if list(limits) != [unit] or self.stopped_by == StoppedBy.EARLY_STOPPING:
             return None
         return BudgetPoint(budget=limits[unit], step=self.steps, **self.model_dump(include=set(POINT_FIELDS)))
 
@@ -257,3 +272,70 @@ class DesignRecord(Record):
     seed_sd: float | None = Field(None, description="a seed sd (BLEU) borrowed for arms of one seed; None: none")
     seed_sd_df: float | None = Field(None, description="its degrees of freedom; None: taken as known")
     seed_sd_from: str | None = Field(None, description="where it was pooled: an experiment's name, or declared")
+
+
+class Ratio(Record):
+    """A run's speed over the baseline's, measured side by side: the geometric mean over rounds of the paired
+    ratio, with its 95% t interval over rounds."""
+
+    estimate: float
+    low: float
+    high: float
+    rounds: int
+
+
+class RunSpeed(Record):
+    """One run of an experiment as `ablate bench` timed it on one machine (ablate.train.bench)."""
+
+    run: str
+    config_hash: str
+    precision: str = Field(description="what it computed in: fp32 or bf16 (`auto` resolved on this machine)")
+    params: int
+    updates: int = Field(description="the fixed updates a round trains (the first of the run's epoch 0)")
+    tokens_per_update: float = Field(description="source and target tokens of an update, the mean over them")
+    step_ms: float = Field(description="ms an update, forward, backward and optimizer: the median over rounds")
+    tokens_per_s: float = Field(description="training tokens (source and target) a second: the median over rounds")
+    gflop_per_target_token: float | None = None
+    tflops_per_s: float | None = None
+    mfu: float | None = None
+    greedy_sentences_per_s: float | None = Field(None, description="greedy decoding of the slice: the median")
+    beam_sentences_per_s: float | None = Field(None, description="beam search of the slice: the median")
+    peak_memory_mib: float | None = Field(
+        None,
+        description="the most memory training and decoding the run took: on CUDA torch's max allocated; on a CPU "
+        "the peak resident memory of a process forked for it (torch and the corpus included)",
+    )
+    rounds_tokens_per_s: list[float] = Field(default_factory=list, description="tokens_per_s of each timed round")
+    ratio: Ratio | None = Field(None, description="tokens_per_s over the baseline's; None for the baseline")
+    beam_ratio: Ratio | None = Field(None, description="beam_sentences_per_s over the baseline's")
+
+
+class SpeedRecord(Record):
+    """An experiment's speed.json (speed.cuda.json on a GPU): every run timed side by side on one machine by `ablate
+    bench`, interleaved round by round, so that the machine's drift and its neighbours fall on every run alike."""
+
+    experiment: str
+    machine: str = Field(description="the GPU, or the CPU's model, vector ISA, bf16 and threads")
+    device_type: str = Field(description="cpu or cuda")
+    threads: int | None = None
+    torch: str
+    python: str
+    host: str
+    started_at: str
+    seconds: float = Field(description="what the bench took, set-up included")
+    rounds: int = Field(description="timed rounds, the warm-up round not counted")
+    target: float = Field(description="the ratios' 95% interval half-width aimed at, relative: 0.03 is ±3%")
+    reached: bool = Field(description="every ratio's interval within the target (else the rounds or time ran out)")
+    decode_split: str | None = None
+    decode_sentences: int = 0
+    decode_lengths: str = Field(
+        "forced to the source's length",
+        description="how long each decoded sentence is: weights that are not trained would decode to the length "
+        "limit, so every sentence ends at its source's length in tokens, whatever the run's weights",
+    )
+    weights: str = Field("initial", description="initial: the run's seeded initialisation; or trained")
+    peak_tflops: float | None = None
+    runs: list[RunSpeed]
+
+    def run(self, name: str) -> RunSpeed | None:
+        return next((r for r in self.runs if r.run == name), None)

@@ -47,7 +47,7 @@ from pydantic import BaseModel, ValidationError
 
 from ablate.errors import SpecError
 from ablate.files import read_json, write_json, write_text
-from ablate.record import BudgetPoint, DesignRecord, RunResult
+from ablate.record import BudgetPoint, DesignRecord, RunResult, SpeedRecord
 
 R = TypeVar("R", bound=BaseModel)
 
@@ -56,6 +56,7 @@ DIAGNOSTICS = "diagnostics.jsonl"
 HYPOTHESES, CHECKPOINTS, LOG, LOCK = "hypotheses", "checkpoints", "worker.log", ".lock"
 SLURM_JOB = "slurm.json"
 DESIGN = "design.json"  # beside runs/, one an experiment
+SPEED = {"cpu": "speed.json", "cuda": "speed.cuda.json"}  # beside runs/: `ablate bench`, one a kind of device
 SUMMARY_MD, SUMMARY_CSV = "summary.md", "summary.csv"  # beside runs/: the sweep's table
 BUDGET_POINTS, POINT = "budgets", "point.json"
 CHECKPOINT, CHECKPOINT_INFO = f"{CHECKPOINTS}/last.pt", f"{CHECKPOINTS}/last.json"
@@ -279,6 +280,25 @@ def write_point(directory: Path, point: BudgetPoint) -> None:
     write_json(budget_dir(directory, point.budget) / POINT, point.dump())
 
 
+RUNS = "runs"  # <experiment>/runs/<run>/seed-<n>: every job's directory
+
+
+def job_dir(experiment: Path, run: str, seed: int) -> Path:
+    """Where one run's seed keeps its files: <experiment>/runs/<run>/seed-<seed>."""
+    return experiment / RUNS / run / f"seed-{seed}"
+
+
+def run_dirs(experiment: Path) -> list[Path]:
+    """The experiment's run directories (<experiment>/runs/<run>), by name; none where it has no runs yet."""
+    runs = experiment / RUNS
+    return sorted(p for p in runs.iterdir() if p.is_dir()) if runs.is_dir() else []
+
+
+def is_experiment(directory: Path) -> bool:
+    """Whether `directory` holds an experiment's runs (its runs/ directory)."""
+    return (directory / RUNS).is_dir()
+
+
 def seed_dirs(run_dir: Path) -> list[Path]:
     """The job directories of one run (seed-<n>), by seed, stale ones left out."""
     found = [p for p in run_dir.glob("seed-*") if STALE not in p.name and p.is_dir()]
@@ -302,7 +322,7 @@ def stale_path(directory: Path) -> Path:
 def run_directories(results: Path) -> list[Path]:
     """Every job directory under `results` (<experiment>/runs/<run>/seed-<n>), in path order, set-aside stale
     results left out."""
-    return [d for d in sorted(results.glob("*/runs/*/seed-*")) if STALE not in d.name and d.is_dir()]
+    return [d for d in sorted(results.glob(f"*/{RUNS}/*/seed-*")) if STALE not in d.name and d.is_dir()]
 
 
 def has_results(experiment: Path) -> bool:
@@ -353,6 +373,19 @@ def read_design(experiment: Path) -> DesignRecord | None:
 
 def write_design(experiment: Path, design: DesignRecord) -> None:
     write_json(experiment / DESIGN, design.model_dump(exclude_none=True))
+
+
+def read_speeds(experiment: Path) -> list[SpeedRecord]:
+    """The experiment's benches (`ablate bench`): the CPU's first, then the GPU's, those there are."""
+    found = (_read_record(experiment / name, SpeedRecord) for name in SPEED.values())
+    return [record for record in found if record is not None]
+
+
+def write_speed(experiment: Path, record: SpeedRecord) -> Path:
+    """speed.json (speed.cuda.json for a GPU's), atomically: a bench replaces the last one of its kind of device."""
+    path = experiment / SPEED[record.device_type]
+    write_json(path, record.dump())
+    return path
 
 
 def write_slurm_job(directory: Path, job_id: str, folder: Path) -> None:

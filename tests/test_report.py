@@ -52,16 +52,21 @@ def written(results) -> str:
     return report(results)
 
 
-def test_markdown_has_every_column_mean_and_std_and_no_numbers_for_a_diverged_run(results):
+def test_markdown_has_the_main_columns_a_legend_mean_and_std_and_no_numbers_for_a_diverged_run(results):
+    """md (as LaTeX and html) shows at most 12 columns, with a legend of their units; the csv keeps every one."""
     text = report(results, "--format", "md", "--no-files")
     header, _, *rows = [line for line in text.splitlines() if line.startswith("|")]
-    assert header.split(" | ")[1:4] == ["differs", "params", "BLEU"]
-    for column in ["n", "ΔBLEU", "p", "chrF", "len ratio", "valid loss", "valid ppl", "tok/s vs baseline",
-                   "decode sent/s", "peak MiB", "wall s", "status"]:  # fmt: skip
-        assert f" {column} |" in header
+    columns = [c.strip("| ") for c in header.split(" | ")]
+    assert columns == ["run", "differs", "BLEU", "n", "ΔBLEU", "verdict", "valid loss", "train tok/s",
+                       "tok/s vs baseline", "peak MiB", "status"]  # fmt: skip
+    assert "Legend: BLEU is the mean over the run's n seeds ± their standard deviation" in text
+    assert "nats a target token" in text and "peak resident memory" in text
+    every = next(csv.reader(io.StringIO(report(results, "--format", "csv", "--no-files"))))
+    for column in ["p", "chrF", "len ratio", "valid ppl", "decode sent/s", "wall s", "device"]:
+        assert column in every and column not in columns
     cells = {row.split(" | ")[0].strip("| "): row.split(" | ") for row in rows}
-    assert re.fullmatch(r"\d+\.\d\d ± \d+\.\d\d", cells["baseline"][3])
-    assert cells["explodes"][3] == "-" and cells["explodes"][-1].strip(" |") == "diverged"
+    assert re.fullmatch(r"\d+\.\d\d ± \d+\.\d\d", cells["baseline"][2])
+    assert cells["explodes"][2] == "-" and cells["explodes"][-1].strip(" |") == "diverged"
     assert "nrefs:1|case:mixed" in text
 
 
@@ -271,7 +276,7 @@ def test_length_ratio_is_each_runs_mean_over_seeds_and_needs_the_references(resu
         assert any(n.startswith("len ratio") and "not computed" in n and "nowhere" in n for n in notes)
 
 
-def test_a_note_says_when_rows_trained_on_different_devices(tmp_path):
+def test_a_note_says_when_rows_trained_on_different_devices_and_their_speeds_are_not_divided(tmp_path):
     from ablate.record import RunResult, Status
     from ablate.report.results import from_records
 
@@ -286,7 +291,8 @@ def test_a_note_says_when_rows_trained_on_different_devices(tmp_path):
     frame, notes = report_frame(from_records("e", tmp_path, two), "none")
     note = next(n for n in notes if "different devices" in n)
     assert note.startswith("The runs trained on 2 different devices (cpu (x86_64, 2 threads); cpu (x86_64, 1 threads))")
-    assert list(frame["tok/s vs baseline"]) == [1.0, 1.0, 1.0]  # the numbers stay; the note says what they compare
+    assert list(frame["tok/s vs baseline"]) == [1.0, 1.0, None]  # a ratio only between runs of one machine
+    assert any(n.startswith("tok/s vs baseline is – for rotary: its seeds and the baseline's") for n in notes)
 
 
 def test_verdicts_follow_the_interval_and_the_declared_margin(results, tmp_path):

@@ -50,7 +50,10 @@ def test_smoke_writes_every_file_and_column(smoke_run: SmokeRun):
         rows = list(csv.DictReader(f))
     assert list(rows[0]) == COLUMNS
     assert [r["run"] for r in rows] == ["baseline", "pre_ln"] and rows[1]["differs"] == "norm_placement=pre_ln"
-    assert "| run | differs | params | BLEU |" in (root / "summary.md").read_text()
+    summary = (root / "summary.md").read_text()  # the main columns and their legend; the csv every column
+    header = "| run | differs | BLEU | n | ΔBLEU | valid loss | train tok/s | tok/s vs baseline | peak MiB | status |"
+    assert header in summary
+    assert "Legend: BLEU is the mean over the run's n seeds" in summary
     assert "smoke" in result.stdout and "completed" in result.stdout
 
 

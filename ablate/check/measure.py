@@ -19,7 +19,15 @@ from typing import TYPE_CHECKING, Any
 from ablate.check.reference import REFERENCES, Expected, Measured, Reference
 from ablate.errors import UserError
 from ablate.record import RunResult, Status, resolved_precision
-from ablate.rundir import as_stored, hypotheses_path, read_metrics, read_result, run_directories, stored_hash
+from ablate.rundir import (
+    as_stored,
+    hypotheses_path,
+    is_experiment,
+    read_metrics,
+    read_result,
+    run_directories,
+    stored_hash,
+)
 
 if TYPE_CHECKING:
     from ablate.sweep.devices import Resources
@@ -62,7 +70,7 @@ def finished_seeds(ref: Reference, spec: dict[str, Any], plugins: list[str], see
 
     directories = run_directories(results)
     if not directories:
-        hint = "; its parent, perhaps?" if (results / "runs").is_dir() else ""
+        hint = "; its parent, perhaps?" if is_experiment(results) else ""
         raise UserError(f"--from-results {results}: no runs (<experiment>/runs/<run>/seed-<n>) under it{hint}")
     by_hash: dict[str, list[Path]] = {}
     for directory in directories:

@@ -23,7 +23,7 @@ from typing import Any
 import pandas as pd
 
 from ablate.errors import UserError
-from ablate.record import BudgetPoint
+from ablate.record import BudgetPoint, StoppedBy
 from ablate.report.decide import judge
 from ablate.report.frame import BUDGET_UNITS, Comparison, compare, mean_of
 from ablate.report.results import ExperimentResults, JobRecord, bleus
@@ -102,7 +102,8 @@ def with_ends(exp: ExperimentResults, budget: float) -> ExperimentResults | None
     for run, jobs in exp.runs.items():
         for job in jobs:
             limits = job.result.budget or {}
-            stopped = job.result.stopped_by == "early_stopping" and float(next(iter(limits.values()), -1)) == budget
+            at_cap = float(next(iter(limits.values()), -1)) == budget
+            stopped = job.result.stopped_by == StoppedBy.EARLY_STOPPING and at_cap
             if stopped and job.ok and len(limits) == 1:
                 view.runs.setdefault(run, []).append(JobRecord(job.directory, job.result, job.config))
                 added = True

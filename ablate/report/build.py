@@ -30,7 +30,7 @@ from ablate.report.page import page
 from ablate.report.paper import cards
 from ablate.report.results import ExperimentResults, load_results
 from ablate.report.sensitivity import at_best_lr, sensitivity_frame, swept
-from ablate.report.tables import FILES, print_table, render
+from ablate.report.tables import FILES, main_table, print_table, render
 from ablate.report.verdicts import Declared, declared
 
 Table = tuple[pd.DataFrame, list[str]]  # a frame and the notes printed under it
@@ -111,22 +111,27 @@ def budget_tables(budgets: Budgets) -> tuple[Table, Table]:
     return (budgets.frame, [*budgets.notes, *verdicts]), (budgets.agreement, budgets.agreement_notes)
 
 
-def render_all(reports: list[Report], fmt: str) -> str:
-    """Every comparison in one format; csv is one table, its rows told apart by an `experiment` column."""
+def render_all(reports: list[Report], fmt: str, compact: bool = True) -> str:
+    """Every comparison in one format (md, LaTeX, html: `compact`, the main columns with a legend; else the columns
+    asked for); csv is one table of every column, its rows told apart by an `experiment` column."""
     if fmt != "csv":
-        return "".join(render(fmt, r.frame, r.title, r.notes) for r in reports)
+        tables = [(main_table(r.frame, r.notes) if compact else (r.frame, r.notes), r.title) for r in reports]
+        return "".join(render(fmt, main, title, notes) for (main, notes), title in tables)
     chunks = [render("csv", r.frame.assign(experiment=r.exp.name)[["experiment", *r.frame.columns]], r.title, [])
               for r in reports]  # fmt: skip
     return "".join(chunks[:1] + ["".join(c.splitlines(keepends=True)[1:]) for c in chunks[1:]])  # the header once
 
 
-def write_report(report: Report) -> list[Path]:
+def write_report(report: Report, compact: bool = True) -> list[Path]:
     """<experiment>/report/: the tables (see the module's docstring for which in which formats), the run cards,
-    the plots and, last, index.html."""
+    the plots and, last, index.html. `compact`: md, LaTeX, html and the page show the main columns with a legend
+    (else the columns asked for); csv every column."""
     exp, frame, notes = report.source, report.frame, report.notes
     folder = exp.directory / "report"
-    files = {name: render(fmt, frame, report.title, notes) for fmt, name in FILES.items()} | {"cards.md": cards(exp)}
-    tables = [("Comparison", frame, notes)]  # what the page shows: a heading, a table, its notes
+    main, main_notes = main_table(frame, notes) if compact else (frame, notes)
+    files = {name: render(fmt, frame if fmt == "csv" else main, report.title, notes if fmt == "csv" else main_notes)
+             for fmt, name in FILES.items()} | {"cards.md": cards(exp)}  # fmt: skip
+    tables = [("Comparison", main, main_notes)]  # what the page shows: a heading, a table, its notes
     if report.lr is not None:  # the learning-rate table beside the main one: lr.md, lr.csv, ...
         lr_frame, lr_notes = report.lr
         files |= {f"lr.{name.split('.')[1]}": render(fmt, lr_frame, f"{exp.name}: learning-rate sensitivity",

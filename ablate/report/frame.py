@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 import pandas as pd
 
 from ablate.errors import UserError, did_you_mean
-from ablate.record import Status
+from ablate.record import SpeedRecord, Status
 from ablate.report.decide import UNDECIDED, Decision, Design
 from ablate.report.results import ExperimentResults, JobRecord, SentenceStatistics, bleus
 from ablate.report.significance import POWER_NOTE, Interval, Spread, lacks_spread, no_spread_note, pooled_sd, seeds_for
@@ -103,6 +103,8 @@ def report_frame(exp: ExperimentResults, test: str = "bs", declared: Declared | 
     comparison = compare(exp, split, test, spread=spread) if split else Comparison()
     decisions, verdict_notes = _decisions(exp, split, comparison, declared)
     rows, no_spread = [], []
+    benches = exp.benches()
+    bench = benches[0] if benches else None
     for run, jobs in exp.runs.items():
         reference = exp.runs.get(exp.reference(run), [])
         spread = pooled_sd(bleus(jobs, split), bleus(reference, split))
@@ -110,9 +112,10 @@ def report_frame(exp: ExperimentResults, test: str = "bs", declared: Declared | 
             no_spread.append(run)
         rows.append({"run": run, **_scores(jobs, reference, split, run == exp.reference(run)),
                      **_against(comparison, run, spread), **_verdict(decisions.get(run), declared),
-                     **_costs(jobs, reference), **_length(jobs), **_machine(jobs)})  # fmt: skip
+                     **_costs(jobs, reference, bench), **_length(jobs), **_machine(jobs)})  # fmt: skip
     frame = _drop_empty(pd.DataFrame(rows, columns=COLUMNS, dtype=object), comparison, test)
-    return frame, _notes(exp, split, comparison, test, rows, no_spread) + verdict_notes
+    frame.attrs["benched"] = bench is not None  # its speed columns are the bench's: no busy-machine marks
+    return frame, _notes(exp, split, comparison, test, rows, no_spread, benches) + verdict_notes
 
 
 def _decisions(exp: ExperimentResults, split: str | None, comparison: Comparison, declared: Declared | None
@@ -171,12 +174,15 @@ def _against(comparison: Comparison, run: str, spread: float | None) -> dict[str
             "len ratio": comparison.length_ratio.get(run)}  # fmt: skip
 
 
-def _costs(jobs: list[JobRecord], reference: list[JobRecord]) -> dict[str, Any]:
-    """What a run cost: speed (against its reference's), FLOPs, its length limit, memory and wall time."""
+def _costs(jobs: list[JobRecord], reference: list[JobRecord], bench: SpeedRecord | None) -> dict[str, Any]:
+    """What a run cost: speed (against its reference's), FLOPs, its length limit, memory and wall time. With a
+    bench (`ablate bench`), speed and memory are the bench's, measured side by side on one machine; without one,
+    the training runs', and a ratio only between runs that trained in the same conditions (`_comparable`)."""
     results = [j.result for j in jobs]
     rate, base_rate = _speed(jobs), _speed(reference)
-    return {
-        "train tok/s": rate, "tok/s vs baseline": round(rate / base_rate, 2) if rate and base_rate else None,
+    paired = rate and base_rate and _comparable(jobs, reference)
+    out = {
+        "train tok/s": rate, "tok/s vs baseline": round(rate / base_rate, 2) if paired else None,
         "decode sent/s": mean_of(_present(j.result.decode_sentences_per_s for j in jobs if j.ok), 1),
         "GFLOP/tgt tok": significant_mean([r.gflop_per_target_token for r in results]),
         "train PFLOP": significant_mean([r.train_flops / 1e15 for r in results if r.train_flops is not None]),
@@ -186,6 +192,31 @@ def _costs(jobs: list[JobRecord], reference: list[JobRecord]) -> dict[str, Any]:
         "peak MiB": mean_of(_present(r.peak_memory_mib for r in results), 1),
         "wall s": mean_of(_present(r.wall_seconds for r in results), 1),
     }  # fmt: skip
+    timed = bench.run(jobs[0].result.run) if bench is not None and jobs else None
+    if bench is not None:  # a run the bench did not time has no speed rather than a training run's
+        ratio = None if timed is None else (timed.ratio.estimate if timed.ratio else 1.0)
+        out |= {"train tok/s": timed and round(timed.tokens_per_s), "tok/s vs baseline": ratio,
+                "decode sent/s": timed and timed.beam_sentences_per_s, "TFLOP/s": timed and timed.tflops_per_s,
+                "MFU": timed and timed.mfu, "peak MiB": timed and timed.peak_memory_mib}  # fmt: skip
+    return out
+
+
+def _conditions(jobs: list[JobRecord]) -> set[tuple[Any, ...]] | None:
+    """Where and how a run's seeds trained: (device, runs sharing its GPU); None where a seed's cores were busy."""
+    out = set()
+    for job in jobs:
+        r = job.result
+        if r.core_share is not None and r.core_share < BUSY:
+            return None
+        out.add((r.device, r.runs_per_gpu or 1))
+    return out
+
+
+def _comparable(jobs: list[JobRecord], reference: list[JobRecord]) -> bool:
+    """Whether a run's training speed may be divided by its reference's: every seed of both on one device, in the
+    same conditions (one device name, threads included; no busy cores; a GPU of its own)."""
+    mine, theirs = _conditions(jobs), _conditions(reference)
+    return mine is not None and theirs is not None and len(mine | theirs) == 1 and (None, 1) not in mine
 
 
 def _length(jobs: list[JobRecord]) -> dict[str, Any]:
@@ -235,7 +266,7 @@ def _present(values: Iterable[T | None]) -> list[T]:
 
 
 def _notes(exp: ExperimentResults, split: str | None, comparison: Comparison, test: str, rows: list[dict[str, Any]],
-           no_spread: list[str]) -> list[str]:  # fmt: skip
+           no_spread: list[str], benches: list[SpeedRecord]) -> list[str]:  # fmt: skip
     """What the table's figures mean and cover: the scorer, the interval and the test, the machines."""
     notes = list(comparison.notes)
     if split:
@@ -247,7 +278,15 @@ def _notes(exp: ExperimentResults, split: str | None, comparison: Comparison, te
         notes.append(STOPPED_NOTE)
     if no_spread:
         notes.append(no_spread_note(no_spread))
+    if benches:
+        return notes + bench_notes(benches)
     devices = dict.fromkeys(_present(j.result.device for jobs in exp.runs.values() for j in jobs))
+    unpaired = [row["run"] for row in rows if row["tok/s vs baseline"] is None and row["train tok/s"] is not None]
+    if unpaired:
+        notes.append(f"tok/s vs baseline is – for {', '.join(unpaired)}: its seeds and the baseline's did not all "
+                     "train on one device in the same conditions (one device, its cores or GPU to itself), so the "
+                     "ratio would compare machines. `ablate bench FILE` times every run side by side on one "
+                     "machine, and the report then takes speed and memory from it (docs/running.md).")  # fmt: skip
     if len(devices) > 1:
         notes.append(f"The runs trained on {len(devices)} different devices ({'; '.join(devices)}): train tok/s, "
                      "tok/s vs baseline, decode sent/s, TFLOP/s, MFU and wall s compare those as well as the "
@@ -266,6 +305,28 @@ def _notes(exp: ExperimentResults, split: str | None, comparison: Comparison, te
             "lowest over its seeds), so its train tok/s, tok/s vs baseline, decode sent/s, TFLOP/s, MFU "
             "and wall s measure a busy machine, not the run; compare speeds only between rows without †."
         )
+    return notes
+
+
+def bench_notes(benches: list[SpeedRecord]) -> list[str]:
+    """What the speed and memory columns are when a bench measured them, and every bench's ratios with their
+    intervals."""
+    first = benches[0]
+    notes = [
+        f"train tok/s, tok/s vs baseline, decode sent/s, TFLOP/s, MFU and peak MiB: `ablate bench` on {first.machine} "
+        f"(torch {first.torch}, {first.started_at[:10]}), every run built here from its spec and seed and timed "
+        f"side by side, {first.rounds} interleaved rounds of {first.runs[0].updates} training updates a run; "
+        f"tok/s vs baseline is the geometric mean of round-paired ratios. decode sent/s: beam search of "
+        f"{first.decode_sentences} sentences of {first.decode_split}, outputs {first.decode_lengths}; peak MiB: "
+        + ("torch's max allocated." if first.device_type == "cuda" else "peak resident memory of a process that "
+           "trains and decodes the run (torch and the corpus included).")
+        + " wall s is what the training runs took where they trained."
+    ]  # fmt: skip
+    for bench in benches:
+        ratios = "; ".join(f"{r.run} {r.ratio.estimate:.2f}× [{r.ratio.low:.2f}, {r.ratio.high:.2f}]"
+                           for r in bench.runs if r.ratio is not None)  # fmt: skip
+        reached = "" if bench.reached else f" (the ±{bench.target:.0%} aimed at was not reached in time)"
+        notes.append(f"Training speed against the baseline on {bench.machine}, 95% intervals{reached}: {ratios}.")
     return notes
 
 

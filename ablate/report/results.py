@@ -14,14 +14,17 @@ from typing import Any
 import yaml
 
 from ablate.errors import UserError
-from ablate.record import RunResult
+from ablate.record import RunResult, SpeedRecord
 from ablate.rundir import (
     RESULT,
+    is_experiment,
     read_config,
     read_diagnostics,
     read_hypotheses,
     read_metrics,
     read_result,
+    read_speeds,
+    run_dirs,
     seed_dirs,
     summary_order,
 )
@@ -72,6 +75,10 @@ class ExperimentResults:
                     return name
         return "baseline"
 
+    def benches(self) -> list[SpeedRecord]:
+        """The experiment's benches (`ablate bench`: speed.json, speed.cuda.json), the CPU's first."""
+        return read_speeds(self.directory)
+
     def split(self) -> str | None:
         """The test split the table reports: the first the baseline (or any run) was scored on."""
         for jobs in [self.baseline, *self.runs.values()]:
@@ -98,9 +105,9 @@ def find_experiments(path: Path) -> list[Path]:
     """RESULTS_DIR itself when it holds runs/, else each of its subdirectories that does."""
     if not path.is_dir():
         raise UserError(f"{path}: no such directory")
-    if (path / "runs").is_dir():
+    if is_experiment(path):
         return [path]
-    found = sorted(p for p in path.iterdir() if (p / "runs").is_dir())
+    found = sorted(p for p in path.iterdir() if is_experiment(p))
     if not found:
         raise UserError(f"{path}: no results found (expected <experiment>/runs/<run>/seed-<n>/result.json below it)")
     return found
@@ -109,7 +116,7 @@ def find_experiments(path: Path) -> list[Path]:
 def load_results(directory: Path) -> ExperimentResults:
     """Every job with a result.json; runs in the order of summary.csv when there is one, the baseline first."""
     runs: dict[str, list[JobRecord]] = {}
-    for run_dir in sorted((directory / "runs").iterdir()):
+    for run_dir in run_dirs(directory):
         for seed_dir in seed_dirs(run_dir):
             if not (seed_dir / RESULT).is_file():
                 continue

@@ -23,12 +23,13 @@ SUFFIXES = {name[name.rindex(".") :]: fmt for fmt, name in FILES.items()}  # .te
 TWO_DECIMALS = {"BLEU", "BLEU std", "chrF", "valid ppl", "max logit end", "logits norm end"}
 
 
-def cell(column: str, value: Any, row: dict[str, Any]) -> str:
-    """A value as a reader sees it: BLEU with its spread, signed differences, ratios, thousands."""
+def cell(column: str, value: Any, row: dict[str, Any], benched: bool = False) -> str:
+    """A value as a reader sees it: BLEU with its spread, signed differences, ratios, thousands. `benched`: the speed
+    columns are a bench's (ablate bench), which a busy training run does not skew; wall s still is the run's."""
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return "-"
     busy_cores = row.get("core share") is not None and row["core share"] < BUSY
-    busy = column in SPEED and (busy_cores or shared_gpu(row))
+    busy = column in (("wall s",) if benched else SPEED) and (busy_cores or shared_gpu(row))
     return cell_of(column, value, row) + ("†" if busy else "")
 
 
@@ -69,7 +70,7 @@ def display(frame: pd.DataFrame, hidden: Sequence[str] = ()) -> tuple[list[str],
     columns = [c for c in frame.columns if FOLDED.get(c) not in frame.columns and c not in hidden]
     rows = []
     for record in frame.to_dict("records"):
-        rows.append([cell(c, record[c], record) for c in columns])
+        rows.append([cell(c, record[c], record, frame.attrs.get("benched", False)) for c in columns])
     return columns, rows
 
 
@@ -116,6 +117,26 @@ def to_csv(frame: pd.DataFrame) -> str:
     return frame.to_csv(index=False)
 
 
+# The comparison table as a page or a paper prints it (md, LaTeX, html): the main columns, a legend under them; the
+# csv keeps every column (device, cores, FLOPs, MFU, budget, ...), and so does `ablate report --columns all`.
+MAIN = ["run", "differs", "BLEU", "BLEU std", "n", "ΔBLEU", "ΔBLEU lo", "ΔBLEU hi", "verdict", "valid loss",
+        "train tok/s", "tok/s vs baseline", "peak MiB", "status"]  # fmt: skip
+LEGEND = (
+    "Legend: BLEU is the mean over the run's n seeds ± their standard deviation; ΔBLEU [lo, hi] the difference "
+    "from the baseline with its 95% interval (* where it excludes 0); valid loss the validation cross-entropy in "
+    "nats a target token; train tok/s source and target tokens a second of training, tok/s vs baseline its ratio "
+    "to the baseline's; peak MiB the peak resident memory of the process on a CPU, torch's peak allocated memory on "
+    "a GPU. Every other column (chrF, p, device, cores, FLOPs, MFU, budget, wall s, ...) is in the csv."
+)
+
+
+def main_table(frame: pd.DataFrame, notes: list[str]) -> tuple[pd.DataFrame, list[str]]:
+    """The comparison table's main columns (those it has) with the legend first among its notes."""
+    main = frame[[c for c in MAIN if c in frame.columns]]
+    main.attrs.update(frame.attrs)
+    return main, [LEGEND, *notes]
+
+
 def render(fmt: str, frame: pd.DataFrame, title: str, notes: list[str]) -> str:
     """The table in a file format, with its title and notes where the format has room for them."""
     if fmt == "md":
@@ -144,16 +165,21 @@ def print_table(console, title: str, frame: pd.DataFrame, notes: list[str], comp
     from rich.table import Table
 
     hidden = [c for c in frame.columns if c not in TERMINAL and FOLDED.get(c) not in TERMINAL] if compact else []
+    if compact and "status" in frame.columns and set(frame["status"]) == {"completed"}:
+        hidden.append("status")  # room for the rest in TERMINAL_WIDTH; the note says every run completed
     columns, rows = display(frame, hidden)
     table = Table(title=escape(title), title_justify="left", box=box.SIMPLE_HEAD if compact else box.HEAVY_HEAD)
-    for column in columns:
+    for column in columns:  # numbers and run names whole; long text wraps at its spaces, a long word folds
+        text = column in TEXT_COLUMNS and column != "run"
         table.add_column(escape(column), justify="left" if column in TEXT_COLUMNS else "right",
-                         overflow="fold")  # fmt: skip
+                         overflow="fold", no_wrap=not text)  # fmt: skip
     for row in rows:
         table.add_row(*map(escape, row))
     console.print(table, width=min(console.width, TERMINAL_WIDTH) if compact else None)
     for note in notes:
         console.print(f"  {escape(note)}", highlight=False)
     if hidden:
-        console.print(f"  Not shown here: {', '.join(hidden)} (--columns all shows every column; the md, csv and "
-                      "html files keep them).", highlight=False)  # fmt: skip
+        shown = [c for c in hidden if c != "status"]
+        done = " Every run completed." if "status" in hidden else ""
+        console.print(f"  Not shown here: {', '.join(shown)} (--columns all shows every column; the csv keeps "
+                      f"them).{done}", highlight=False)  # fmt: skip

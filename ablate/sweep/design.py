@@ -21,7 +21,7 @@ from typing import Any
 from ablate.errors import UserError
 from ablate.record import DesignRecord
 from ablate.report.verdicts import REFERENCE, design
-from ablate.rundir import DESIGN, has_results, read_design, write_design
+from ablate.rundir import DESIGN, has_results, is_experiment, read_design, write_design
 from ablate.sweep.experiment import Experiment
 
 
@@ -125,7 +125,7 @@ def _spread(experiment: Experiment, results: Path, root: Path, existing: DesignR
     from ablate.report.results import bleus, load_results
 
     other = results / source
-    if not (other / "runs").is_dir():
+    if not is_experiment(other):
         raise UserError(f"{experiment.path}: seed_sd: from: no results of experiment '{source}' under {results}")
     exp = load_results(other)
     split = exp.split()

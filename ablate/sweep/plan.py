@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
 
-from ablate.rundir import RunLock, checkpoint_step, config_hash, finished_jobs, read_result, stored_hash
+from ablate.rundir import RunLock, checkpoint_step, config_hash, finished_jobs, job_dir, read_result, stored_hash
 from ablate.sweep.experiment import Experiment, Run
 from ablate.train.job import Job
 
@@ -80,7 +80,7 @@ def job_of(experiment: Experiment, run: Run, seed: int, root: Path, threads: int
         experiment.name,
         run.name,
         seed,
-        root / "runs" / run.name / f"seed-{seed}",
+        job_dir(root, run.name, seed),
         data,
         run.differences,
         run.describe(),

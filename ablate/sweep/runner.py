@@ -263,13 +263,14 @@ def write_results(experiment: Experiment, results: Path, planned: list[Planned],
     """summary.md and summary.csv: the report's table of every job, without significance tests."""
     from ablate.report.frame import report_frame
     from ablate.report.results import from_records
-    from ablate.report.tables import render
+    from ablate.report.tables import main_table, render
 
     rows = collect(planned, outcomes)
     root = results / experiment.name
     frame, notes = report_frame(from_records(experiment.name, root, rows), test="none")
     title = f"{experiment.name}: {experiment.description}"
-    write_text(root / SUMMARY_MD, render("md", frame, title, notes))
+    main, main_notes = main_table(frame, notes)  # the page's columns; the csv keeps every one
+    write_text(root / SUMMARY_MD, render("md", main, title, main_notes))
     write_text(root / SUMMARY_CSV, render("csv", frame, title, notes))
     return rows, frame, notes
 

@@ -21,7 +21,7 @@ from ablate.report.decide import Replay
 from ablate.report.results import ExperimentResults, load_results
 from ablate.report.tables import print_table
 from ablate.report.verdicts import Declared, check_sequential, design, finished_seeds, sequential
-from ablate.rundir import DESIGN, read_design
+from ablate.rundir import DESIGN, is_experiment, read_design
 from ablate.sweep import runner
 from ablate.sweep.design import declare
 from ablate.sweep.experiment import Experiment
@@ -31,7 +31,7 @@ def state(experiment: Experiment, options: runner.Options, record: DesignRecord)
     """Where the design stands, replayed from the result files, and how many of its seeds each run has finished."""
     root = options.results / experiment.name
     declared = Declared(design(record), record.seeds, f"declared in {root / DESIGN}")
-    results = load_results(root) if (root / "runs").is_dir() else ExperimentResults(experiment.name, root)
+    results = load_results(root) if is_experiment(root) else ExperimentResults(experiment.name, root)
     names = [run.name for run in experiment.runs]
     results.runs = {name: results.runs.get(name, []) for name in names}  # the experiment's runs, in its order
     have = {name: finished_seeds(jobs, record.seeds) for name, jobs in results.runs.items()}

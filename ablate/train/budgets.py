@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from ablate.data.batches import Example
-from ablate.record import BudgetPoint, Status
+from ablate.record import POINT_FIELDS, BudgetPoint, Status, StoppedBy
 from ablate.rundir import (
     BUDGET_POINTS,
     CHECKPOINT,
@@ -165,20 +165,15 @@ class BudgetPoints:
         point, nor those after the step it stopped at: they are not there, and its end is no budget point."""
         earlier = [read_point(self.directory, b) for b in self.points[:-1]]
         records = [p for p in earlier if p is not None]
-        if end.get("stopped_by") != "early_stopping":
-            records.append(BudgetPoint(budget=self.points[-1], step=end["steps"], status=Status.COMPLETED,
-                                       **{k: end[k] for k in POINT_END_FIELDS if k in end}))  # fmt: skip
+        if end.get("stopped_by") != StoppedBy.EARLY_STOPPING:
+            shared = {k: end[k] for k in POINT_FIELDS if k in end and k != "status"}  # what the end's point holds
+            records.append(BudgetPoint(budget=self.points[-1], step=end["steps"], status=Status.COMPLETED, **shared))
         summary: dict[str, Any] = {"budget_points": [p.dump() for p in records]}
         branches = [p.branch for p in records if p.branch is not None]
         if branches:
             summary |= {"branch_steps": sum(b.steps for b in branches),
                         "branch_seconds": round(sum(b.seconds for b in branches), 1)}  # fmt: skip
         return summary
-
-
-# What a run's end shares with its budget points' records.
-POINT_END_FIELDS = ("epochs", "train_target_tokens", "train_flops", "averaged_steps", "valid_loss", "valid_ppl",
-                    "scores", "decode_sentences_per_s")  # fmt: skip
 
 
 def _fork_weights(trunk: Path, branch: Path, step: int) -> None:

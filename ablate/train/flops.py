@@ -190,18 +190,17 @@ def cache_file() -> Path:
     return cache_dir() / "peak_flops.v3.json"  # v3: emulated bf16 as ablate.train.bf16 computes it; v2: only quiet ones
 
 
-def cost(flops: float, seconds: float, target_tokens: int, budget: dict[str, float], used: dict[str, float],
-         peak_tflops: float | None, placement: Placement) -> dict[str, Any]:  # fmt: skip
+def cost(flops: float, seconds: float, target_tokens: int, budget: dict[str, float], peak_tflops: float | None,
+         placement: Placement) -> dict[str, Any]:  # fmt: skip
     """What training cost, as result.json's fields: its FLOPs (measured), their rate, MFU against the device's peak
-    (`peak_tflops` from the spec, else measured), the budget and which of its limits stopped the run."""
+    (`peak_tflops` from the spec, else measured), and the budget (what stopped the run is the trainer's Outcome)."""
     peak = peak_tflops * 1e12 if peak_tflops else peak_flops(placement.device, placement.precision, placement.threads)
     achieved = flops / seconds if seconds else 0.0
-    stopped_by = next((name for name, limit in budget.items() if used[name] >= limit), None)
     return {
         "train_flops": flops, "gflop_per_target_token": significant(flops / max(target_tokens, 1) / 1e9),
         "train_tflops_per_s": significant(achieved / 1e12), "peak_tflops": significant(peak / 1e12),
         "peak_source": "spec" if peak_tflops else "measured", "mfu": significant(achieved / (peak * placement.world)),
-        "budget": budget, "stopped_by": stopped_by, "train_target_tokens": target_tokens,
+        "budget": budget, "train_target_tokens": target_tokens,
     }  # fmt: skip
 
 

@@ -22,7 +22,7 @@ from ablate.data.dataset import Dataset, load_dataset
 from ablate.data.tokenizer import PAD
 from ablate.model.diagnostics import fixed_batch, measure
 from ablate.model.transformer import build_model, count_parameters
-from ablate.record import Status
+from ablate.record import EarlyStop, Status
 from ablate.rundir import CHECKPOINT, checkpoint_step, read_diagnostics, read_metrics, truncate_metrics
 from ablate.train import checkpoints, distributed
 from ablate.train.bf16 import bf16_matmuls
@@ -35,23 +35,30 @@ from ablate.train.log import Log
 from ablate.train.trainer import Outcome, Progress, Trainer, autocast, validation_loss
 
 
-def train_and_evaluate(job: Job, placement: Placement, stop: Callable[[], bool]) -> dict[str, Any]:
-    """Trains the job (resuming from its checkpoint), evaluates it, and returns result.json's fields. Every
+def train_and_evaluate(job: Job, placement: Placement, stop: Callable[[], bool],
+                       started: float | None = None) -> dict[str, Any]:  # fmt: skip
+    """Trains the job (resuming from its checkpoint), evaluates it, and returns result.json's fields, `wall_seconds`
+    among them: since `started` (perf_counter; default now), with what earlier processes of the job took. Every
     matmul of the job, training's, validation's and beam search's, goes through `bf16_matmuls`: in bf16 on a CPU
     without native bf16, fp32 kernels compute it as a native bf16 kernel would (ablate.train.bf16)."""
     with bf16_matmuls(placement.device, placement.precision):
-        return Pipeline(job, placement, stop).run()
+        pipeline = Pipeline(job, placement, stop, started)
+        fields = pipeline.run()
+        if fields["status"] != Status.INTERRUPTED:  # the resumed run measures its wall time
+            fields["wall_seconds"] = round(pipeline.wall(), 1)
+        return fields
 
 
 class Pipeline:
     """One job from its spec to its scores. Each step is a method; `run` calls them in order."""
 
-    def __init__(self, job: Job, placement: Placement, stop: Callable[[], bool]):
+    def __init__(self, job: Job, placement: Placement, stop: Callable[[], bool], started: float | None = None):
         self.job, self.at, self.stop = job, placement, stop
         self.spec = job.run_spec()
         self.rank0 = placement.rank == 0
         self.amp = autocast(placement.device, placement.precision)
-        self.started, self.earlier_wall = time.perf_counter(), 0.0
+        self.started = time.perf_counter() if started is None else started
+        self.earlier_wall = 0.0  # what the job's earlier processes took, from its checkpoint
 
     def run(self) -> dict[str, Any]:
         fields = self.prepare()
@@ -60,8 +67,8 @@ class Pipeline:
         if outcome.status == Status.INTERRUPTED:
             return fields  # no result.json: the resumed run measures what training cost
         fields |= self.cost()
-        if outcome.stopped_early:
-            fields["stopped_by"] = "early_stopping"
+        if outcome.stopped_by is not None:
+            fields["stopped_by"] = outcome.stopped_by
         if outcome.status == Status.DIVERGED:
             return fields | {"error": outcome.reason, "peak_memory_mib": peak_memory_mib(self.at.device)}
         if self.saving and self.resumed != outcome.steps:  # a kill while decoding resumes at evaluation
@@ -223,15 +230,15 @@ class Pipeline:
         timed = totals.timed_seconds / totals.timed_steps if totals.timed_steps else totals.step_seconds / outcome.steps
         watch = self.trainer.watch
         if watch is not None:
-            fields["early_stopping"] = {"metric": watch.metric, "stopped": outcome.stopped_early,
-                                        "best_step": watch.best_step, "best": watch.best,
-                                        "validations_since_best": watch.since_best}  # fmt: skip
+            fields["early_stopping"] = EarlyStop(metric=watch.metric, stopped=outcome.stopped_early,
+                                                 best_step=watch.best_step, best=watch.best,
+                                                 validations_since_best=watch.since_best).dump()  # fmt: skip
         return fields | {
             "status": outcome.status, "steps": outcome.steps, "epochs": round(outcome.epochs, 2),
             "train_seconds": round(totals.train_seconds, 1),
             "train_src_tokens_per_s": round(totals.src_tokens / totals.step_seconds, 1),
             "train_tgt_tokens_per_s": round(totals.tgt_tokens / totals.step_seconds, 1),
-            "step_ms": round(1000 * timed, 1), "earlier_wall_seconds": self.earlier_wall,
+            "step_ms": round(1000 * timed, 1),
         }  # fmt: skip
 
     def cost(self) -> dict[str, Any]:
@@ -242,7 +249,7 @@ class Pipeline:
             fields["diagnostics_seconds"] = round(seconds, 2)
         totals, training = self.trainer.totals, self.spec.training
         return fields | cost(totals.flops, totals.step_seconds, totals.tgt_tokens, training.budgets(),
-                             self.trainer.used(), training.peak_tflops, self.at)  # fmt: skip
+                             training.peak_tflops, self.at)  # fmt: skip
 
     # -- average, validate, decode, score --------------------------------------------------------------------------
 

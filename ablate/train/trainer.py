@@ -22,7 +22,7 @@ from ablate.data.batches import Batch, Example, batch_indices, collate
 from ablate.data.tokenizer import PAD
 from ablate.errors import SpecValueError
 from ablate.model.transformer import Transformer
-from ablate.record import Status
+from ablate.record import Status, StoppedBy
 from ablate.registry import PartSpec
 from ablate.train.device import Placement
 from ablate.train.distributed import all_sum, any_rank
@@ -154,6 +154,24 @@ POINT_BUDGETS = ("max_steps", "max_target_tokens", "max_flops")
 """The budgets that budget points (evaluation.budgets) may be counted in: those a rerun reaches at the same step."""
 
 
+def updates_of(examples: Sequence[Example], spec: TrainingSpec, epoch: int, width: int | None
+               ) -> list[list[list[int]]]:  # fmt: skip
+    """An epoch's batches of example indices (a fixed order per seed and epoch; `width`: the bucket width the run's
+    precision gives, TrainingSpec.bucket_width), grouped into optimizer updates of about `batch_tokens` target
+    tokens."""
+    batches = batch_indices(examples, spec.max_tokens, spec.seed * 100_003 + epoch, width)
+    if spec.batch_tokens is None:
+        return [[b] for b in batches]
+    updates, current, tokens = [], [], 0
+    for b in batches:
+        current.append(b)
+        tokens += sum(len(examples[i][1]) - 1 for i in b)
+        if tokens >= spec.batch_tokens:
+            updates.append(current)
+            current, tokens = [], 0
+    return updates + ([current] if current else [])
+
+
 def autocast(device: torch.device, precision: str) -> Any:
     """bf16 autocast (fp32 master weights; the loss is taken in fp32), or nothing for fp32. `precision` is
     resolved already (ablate.train.device.Placement): `auto` is decided in one place, not here."""
@@ -190,7 +208,12 @@ class Outcome:
     steps: int
     epochs: float
     reason: str = ""
-    stopped_early: bool = False  # completed before the budget: the validation curve stopped improving
+    stopped_by: StoppedBy | None = None  # completed: the budget limit reached first, or early stopping before it
+
+    @property
+    def stopped_early(self) -> bool:
+        """Completed before the budget: the validation curve stopped improving."""
+        return self.stopped_by == StoppedBy.EARLY_STOPPING
 
 
 @dataclass
@@ -253,18 +276,8 @@ class Trainer:
         return other
 
     def updates(self, examples: Sequence[Example], epoch: int) -> list[list[list[int]]]:
-        """The epoch's batches, grouped into optimizer updates of about `batch_tokens` target tokens."""
-        batches = batch_indices(examples, self.spec.max_tokens, self.spec.seed * 100_003 + epoch, self.width)
-        if self.spec.batch_tokens is None:
-            return [[b] for b in batches]
-        updates, current, tokens = [], [], 0
-        for b in batches:
-            current.append(b)
-            tokens += sum(len(examples[i][1]) - 1 for i in b)
-            if tokens >= self.spec.batch_tokens:
-                updates.append(current)
-                current, tokens = [], 0
-        return updates + ([current] if current else [])
+        """The epoch's batches, grouped into optimizer updates (`updates_of`)."""
+        return updates_of(examples, self.spec, epoch, self.width)
 
     def shard(self, batch: list[int]) -> tuple[list[int], float]:
         """This rank's sentences of a batch and their weight; a rank left without any sees one, weighted 0."""
@@ -305,6 +318,11 @@ class Trainer:
                 "max_target_tokens": totals.tgt_tokens, "max_flops": totals.flops,
                 "max_seconds": totals.step_seconds}  # fmt: skip
         return {name: used[name] for name in self.spec.budgets()}
+
+    def reached(self) -> StoppedBy | None:
+        """The first limit of the budget (in the spec's order) that the run has reached, if any."""
+        used = self.used()
+        return next((StoppedBy(name) for name, limit in self.spec.budgets().items() if used[name] >= limit), None)
 
     def progress(self) -> float:
         """The fraction of the run's budget used: the largest over its limits, since the first reached ends it."""
@@ -396,7 +414,7 @@ class Trainer:
                 return Outcome(Status.INTERRUPTED, self.step, epochs, f"stopped at step {self.step}")
         self._count_time()
         epochs = self.epoch + (self.position / len(updates) if updates else 0.0)
-        return Outcome(Status.COMPLETED, self.step, float(epochs))
+        return Outcome(Status.COMPLETED, self.step, float(epochs), stopped_by=self.reached())
 
     def _stopped_early(self, epochs: float) -> Outcome:
         self._count_time()
@@ -408,7 +426,7 @@ class Trainer:
             epochs,
             f"{watch.metric} did not improve on step "
             f"{watch.best_step}'s {watch.best:g} in {watch.since_best} validations",
-            stopped_early=True,
+            stopped_by=StoppedBy.EARLY_STOPPING,
         )
 
     def _patience_exhausted(self, record: dict[str, Any]) -> bool:

@@ -130,7 +130,7 @@ def execute(job: Job, stop: Stop | None = None, forked: bool = False) -> int:
         result["slurm_restarts"] = int(os.environ.get("SLURM_RESTART_COUNT") or 0)
     code = Exit.COMPLETED
     try:
-        result |= train_and_evaluate(job, placement, stop)
+        result |= train_and_evaluate(job, placement, stop, wall)
     except UserError as error:  # bad input (a corpus file, say): the same for every run, so the sweep stops
         result |= {"status": Status.FAILED, "error": " ".join(error.lines)}
         code = Exit.USER_ERROR
@@ -141,7 +141,7 @@ def execute(job: Job, stop: Stop | None = None, forked: bool = False) -> int:
     if result["status"] == Status.INTERRUPTED:
         lock.release()
         return Exit.INTERRUPTED  # no result.json: the next `ablate run` resumes from the checkpoint
-    result["wall_seconds"] = round(time.perf_counter() - wall + result.pop("earlier_wall_seconds", 0.0), 1)
+    result.setdefault("wall_seconds", round(time.perf_counter() - wall, 1))  # a failed run: this process's
     result["ended_at"] = _now()
     if rank == 0:
         write_result(job.directory, RunResult.model_validate(result))

@@ -1,0 +1,389 @@
+"""`ablate bench`: every run of an experiment timed side by side on this machine, apart from training.
+
+The speed a run measures while it trains compares machines as much as models: runs are reused by config hash
+wherever they trained, so one experiment's rows can come from a Zen 4, an AVX2-only EPYC and an H200. A bench
+builds each run's model and batches here, from the run's spec and seed, and times them in rounds:
+
+- training updates (forward, backward, Adam; the run's precision, loss kernel and shape buckets, as
+  ablate.train.trainer trains them) over the first `updates` updates of the run's epoch 0, each update of every
+  run in turn (A1, B1, C1, A2, B2, ...), so that the machine's drift and its neighbours fall on every run alike;
+- then greedy decoding and beam search (the run's beam size and length penalty) of the first sentences of its
+  first test split, each output forced to its source's length in tokens (`LengthForced`): untrained weights
+  would decode to the length limit, trained ones stop near the source's length;
+
+until every run's speed over the baseline's has a 95% interval within the target (±3%), after at least three
+rounds, or the rounds or the time run out. The first round warms up (kernels built for each shape) and is not
+counted. Peak memory is measured once a run, apart: on CUDA by torch's allocator, on a CPU in a process forked for
+the run before anything here computes (so every run starts from the same process: torch and the corpus loaded).
+
+Speed depends on the shapes, kernels and lengths, not on the weights' values, so no trained weights are needed;
+`weights="trained"` loads each run's last checkpoint where it has one, to check that (benchmarks/README.md).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import platform
+import socket
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from ablate.data.batches import Batch, collate, pad
+from ablate.data.dataset import Dataset, load_dataset
+from ablate.data.tokenizer import EOS, PAD
+from ablate.errors import UserError
+from ablate.model.decoding import translate_ids
+from ablate.model.transformer import Transformer, build_model, count_parameters
+from ablate.record import Ratio, RunSpeed, SpeedRecord
+from ablate.rundir import CHECKPOINT, config_hash, job_dir, write_speed
+from ablate.sweep.experiment import Experiment, Run
+from ablate.train import checkpoints
+from ablate.train.bf16 import bf16_matmuls
+from ablate.train.device import Placement, device_name, resolve_precision
+from ablate.train.flops import FlopModel, peak_flops, significant
+from ablate.train.pipeline import peak_memory_mib, reset_peak_memory
+from ablate.train.trainer import Trainer, autocast, updates_of
+
+
+@dataclass(frozen=True)
+class Options:
+    """How long and how closely a bench measures."""
+
+    device: str = "cpu"  # cpu or cuda
+    threads: int | None = None  # CPU threads; None: torch's default, every core
+    updates: int = 8  # training updates a run a round
+    decode_sentences: int = 50  # of the run's first test split, decoded greedily and with beam search a round
+    target: float = 0.03  # the ratios' 95% half-width aimed at, relative
+    min_rounds: int = 3
+    max_rounds: int = 30
+    max_seconds: float = 300.0  # an experiment's rounds stop here, whatever the intervals
+    weights: str = "initial"  # or trained: each run's last checkpoint under results/, where it has one
+
+
+@dataclass
+class Sample:
+    """One round of one run."""
+
+    step_seconds: float  # a training update, the mean over the round's updates
+    tokens_per_s: float
+    greedy_per_s: float | None
+    beam_per_s: float | None
+
+
+class LengthForced:
+    """The model as decoding sees it, with every sentence's output ending at its source's length in tokens: </s>
+    is barred before that step and forced at it. The model computes every step as it would; only the choice of
+    </s> is fixed, so that decoding costs what a trained model's does whatever the weights."""
+
+    def __init__(self, model: Transformer):
+        self.model, self.steps = model, 0
+        self.lengths: Tensor | None = None
+
+    def encode(self, src: Tensor) -> tuple[Tensor, Tensor]:
+        return self.model.encode(src)
+
+    def new_cache(self) -> Any:
+        self.steps = 0
+        return self.model.new_cache()
+
+    def decode(self, tgt: Tensor, memory: Tensor, src_mask: Tensor, cache: Any = None) -> Tensor:
+        self.steps += 1
+        self.lengths = src_mask.sum((1, 2, 3))  # (rows,): the rows' source tokens, </s> included
+        return self.model.decode(tgt, memory, src_mask, cache)
+
+    def generator(self, hidden: Tensor) -> Tensor:
+        logits = self.model.generator(hidden)
+        assert self.lengths is not None
+        end = self.lengths <= self.steps  # (rows,)
+        logits[:, EOS] = torch.where(end, 1e4, float("-inf")).to(logits.dtype)
+        return logits
+
+
+@dataclass
+class Subject:
+    """One run under the bench, built on this machine: its model, trainer, fixed updates and decoding slice."""
+
+    run: Run
+    data: Dataset
+    device: torch.device
+    precision: str
+    threads: int | None
+    updates: list[list[list[int]]]
+    slice_ids: list[list[int]]  # the decoding slice, source ids with </s>
+    model: Transformer | None = None
+    trainer: Trainer | None = None
+    batches: list[list[Batch]] = field(default_factory=list)
+    sources: list[Tensor] = field(default_factory=list)
+    samples: list[Sample] = field(default_factory=list)
+    flops_per_update: float | None = None
+
+    @classmethod
+    def of(cls, run: Run, device: torch.device, options: Options) -> Subject:
+        """Its data and the indices of its updates (no model yet: nothing computes before the memory probes fork)."""
+        spec = run.spec
+        data = load_dataset(spec.data, spec.tokenizer)
+        precision = resolve_precision(device, spec.training.precision)
+        width = spec.training.bucket_width(precision)
+        updates = updates_of(data.train, spec.training, 0, width)[: options.updates]
+        split = spec.data.test[0] if spec.data.test else None
+        sources = [p[0] for p in data.tests[split][: options.decode_sentences]] if split else []
+        slice_ids = [[*ids, EOS] for ids in data.src_vocab.encode(sources)] if sources else []
+        return cls(run, data, device, precision, options.threads, updates, slice_ids)
+
+    @property
+    def tokens(self) -> tuple[int, int]:
+        """Source and target tokens of the fixed updates."""
+        train = self.data.train
+        src = sum(len(train[i][0]) for u in self.updates for b in u for i in b)
+        tgt = sum(len(train[i][1]) - 1 for u in self.updates for b in u for i in b)
+        return src, tgt
+
+    def build(self, weights: Path | None = None) -> None:
+        """The model (the run's seeded initialisation, or `weights`), its trainer, and the batches on the device."""
+        spec = self.run.spec
+        torch.manual_seed(spec.training.seed)
+        vocab = (len(self.data.src_vocab), len(self.data.tgt_vocab))
+        self.model = build_model(spec.model, *vocab, pad_id=PAD).to(self.device)
+        if weights is not None:
+            self.model.load_state_dict(checkpoints.load(weights, self.device)["model"])
+        placement = Placement(self.device, self.precision, self.threads)
+        self.trainer = Trainer(self.model, spec.training, spec.model.d_model, placement)
+        train, width = self.data.train, self.trainer.width
+        self.batches = [[collate([train[i] for i in b], width).to(self.device) for b in u] for u in self.updates]
+        order = sorted(range(len(self.slice_ids)), key=lambda i: len(self.slice_ids[i]))
+        size = spec.evaluation.batch_size
+        self.sources = [pad([self.slice_ids[i] for i in order[first : first + size]]).to(self.device)
+                        for first in range(0, len(order), size)]  # fmt: skip
+
+    def free(self) -> None:
+        self.model = self.trainer = None
+        self.batches, self.sources = [], []
+
+    def update(self, i: int) -> float:
+        """Seconds of the run's `i`th fixed update: forward, backward and Adam (train_step's .item() synchronises)."""
+        assert self.trainer is not None
+        batches = self.batches[i]
+        with bf16_matmuls(self.device, self.precision):
+            start = time.perf_counter()
+            self.trainer.train_step(batches, sum(b.tgt_tokens for b in batches))
+            return time.perf_counter() - start
+
+    def decode(self, beam: int) -> float:
+        """Sentences a second of the slice decoded with `beam` (1: greedily), outputs forced to their sources'
+        lengths."""
+        assert self.model is not None
+        ev = self.run.spec.evaluation
+        self.model.eval()
+        forced = LengthForced(self.model)
+        with bf16_matmuls(self.device, self.precision), autocast(self.device, self.precision):
+            start = time.perf_counter()
+            for src in self.sources:
+                translate_ids(forced, src, beam, ev.length_penalty, ev.max_extra_len)  # type: ignore[arg-type]
+            if self.device.type == "cuda":
+                torch.cuda.synchronize(self.device)
+            seconds = time.perf_counter() - start
+        self.model.train()
+        return len(self.slice_ids) / seconds
+
+
+def one_round(subjects: Sequence[Subject]) -> list[Sample]:
+    """A round: each fixed update of every run in turn (A1, B1, C1, A2, B2, ...), so that the machine's drift,
+    seconds long on a shared VM, falls on every run alike; then each run's greedy and beam decoding."""
+    seconds = [0.0] * len(subjects)
+    for i in range(max(len(s.batches) for s in subjects)):
+        for k, subject in enumerate(subjects):
+            if i < len(subject.batches):
+                seconds[k] += subject.update(i)
+    greedy = [s.decode(1) if s.sources else None for s in subjects]
+    beam = [s.decode(s.run.spec.evaluation.beam_size) if s.sources else None for s in subjects]
+    out = []
+    for k, s in enumerate(subjects):
+        src, tgt = s.tokens
+        out.append(Sample(seconds[k] / len(s.batches), (src + tgt) / seconds[k], greedy[k], beam[k]))
+    return out
+
+
+def bench(experiment: Experiment, directory: Path, options: Options,
+          say: Callable[[str], None] = print) -> tuple[SpeedRecord, Path]:  # fmt: skip
+    """Benches every run of `experiment` on this machine and writes `directory`/speed.json (speed.cuda.json on a
+    GPU); the record and its path."""
+    began, clock = datetime.now(timezone.utc), time.perf_counter()
+    device = torch.device("cuda" if options.device == "cuda" else "cpu")
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise UserError("ablate bench --device cuda: no GPU is visible here")
+    if options.threads is not None:
+        torch.set_num_threads(options.threads)
+    runs = [run for run in experiment.runs if not run.lr]  # a learning-rate sweep's rates train alike
+    subjects = [Subject.of(run, device, options) for run in runs]
+    weights = {s.run.name: _trained(directory, s.run) for s in subjects} if options.weights == "trained" else {}
+    if options.weights == "trained" and not any(weights.values()):
+        raise UserError(f"ablate bench --weights trained: no run of {experiment.name} has a checkpoint under "
+                        f"{directory}")  # fmt: skip
+    say(f"{experiment.name}: {len(subjects)} runs on {device_name(device)}; peak memory of each")
+    memory = {s.run.name: _peak_memory(s, weights.get(s.run.name)) for s in subjects}
+    for s in subjects:
+        s.build(weights.get(s.run.name))
+        model = s.model
+        assert model is not None
+        vocab = (len(s.data.src_vocab), len(s.data.tgt_vocab))
+        flop_model = FlopModel.cached(model, s.run.spec.model.model_dump_json(), vocab, device)
+        s.flops_per_update = sum(flop_model.batch(s.data.train, b, s.trainer.width if s.trainer else None)
+                                 for u in s.updates for b in u) / len(s.updates)  # fmt: skip
+    deadline = time.perf_counter() + options.max_seconds
+    rounds = 0
+    for number in range(options.max_rounds + 1):
+        for s, sample in zip(subjects, one_round(subjects), strict=True):
+            if number > 0:  # the first round builds each shape's kernels
+                s.samples.append(sample)
+        rounds = number
+        if number == 0:
+            continue
+        widest = max((_half_width([x.tokens_per_s for x in s.samples], subjects[0]) for s in subjects[1:]),
+                     default=0.0)  # fmt: skip
+        say(f"  round {number}: widest interval of a ratio ±{widest:.1%}" if math.isfinite(widest) else
+            f"  round {number}")  # fmt: skip
+        if number >= options.min_rounds and widest <= options.target:
+            break
+        if time.perf_counter() > deadline:
+            say(f"  stopped at {options.max_seconds:.0f} s, the time allowed")
+            break
+    record = _record(experiment, subjects, memory, rounds, options, device, began, time.perf_counter() - clock)
+    for s in subjects:
+        s.free()
+    return record, write_speed(directory, record)
+
+
+def _trained(directory: Path, run: Run) -> Path | None:
+    """The run's last checkpoint (its first seed's), where this machine has it."""
+    path = job_dir(directory, run.name, run.spec.training.seed) / CHECKPOINT
+    return path if path.is_file() else None
+
+
+def _peak_memory(subject: Subject, weights: Path | None) -> float | None:
+    """The most memory one round of the run takes (training, then decoding): on CUDA the allocator's peak above
+    what was allocated before; on a CPU the peak resident memory of a process forked for it."""
+    if subject.device.type == "cuda":
+        torch.cuda.synchronize(subject.device)
+        before = torch.cuda.memory_allocated(subject.device)
+        torch.cuda.reset_peak_memory_stats(subject.device)
+        subject.build(weights)
+        one_round([subject])
+        peak = torch.cuda.max_memory_allocated(subject.device) - before
+        subject.free()
+        torch.cuda.empty_cache()
+        return round(peak / 2**20, 1)
+
+    def probe() -> float:
+        reset_peak_memory(subject.device)
+        subject.build(weights)
+        one_round([subject])
+        return peak_memory_mib(subject.device)
+
+    return _forked(probe)
+
+
+def _forked(work: Callable[[], float]) -> float | None:
+    """`work()` in a child process (its memory its own), its value read back through a pipe; None where fork is
+    not offered (not POSIX)."""
+    if not hasattr(os, "fork"):
+        return None
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: never returns
+        os.close(read)
+        try:
+            message = {"value": work()}
+        except BaseException as error:  # the parent reports it
+            message = {"error": f"{type(error).__name__}: {error}"}
+        os.write(write, json.dumps(message).encode())
+        os._exit(0)
+    os.close(write)
+    with os.fdopen(read, "rb") as pipe:
+        data = pipe.read()
+    os.waitpid(pid, 0)
+    message = json.loads(data or b'{"error": "the process ended without a word"}')
+    if "error" in message:
+        raise RuntimeError(f"measuring peak memory: {message['error']}")
+    return float(message["value"])
+
+
+def _ratio(values: Sequence[float], base: Sequence[float]) -> Ratio | None:
+    """The geometric mean of round-paired ratios, with its 95% t interval over rounds."""
+    logs = [math.log(v / b) for v, b in zip(values, base, strict=True) if v and b]
+    if not logs:
+        return None
+    mean = statistics.fmean(logs)
+    half = _t_half(logs)
+    return Ratio(estimate=round(math.exp(mean), 4), low=round(math.exp(mean - half), 4),
+                 high=round(math.exp(mean + half), 4), rounds=len(logs))  # fmt: skip
+
+
+def _t_half(logs: Sequence[float]) -> float:
+    """The 95% half-width of the mean of `logs`; infinite with fewer than two."""
+    from scipy.stats import t
+
+    if len(logs) < 2:
+        return math.inf
+    return float(t.ppf(0.975, len(logs) - 1)) * statistics.stdev(logs) / math.sqrt(len(logs))
+
+
+def _half_width(values: Sequence[float], base: Subject) -> float:
+    """A ratio's interval half-width, relative (0.03: ±3%)."""
+    logs = [math.log(v / b.tokens_per_s) for v, b in zip(values, base.samples, strict=True)]
+    return math.expm1(_t_half(logs))
+
+
+def _record(experiment: Experiment, subjects: list[Subject], memory: dict[str, float | None], rounds: int,
+            options: Options, device: torch.device, began: datetime, seconds: float) -> SpeedRecord:  # fmt: skip
+    peak = peak_flops(device, subjects[0].precision, options.threads) if subjects else None
+    base = subjects[0]
+    runs = []
+    for s in subjects:
+        src, tgt = s.tokens
+        step = statistics.median(x.step_seconds for x in s.samples)
+        rate = statistics.median(x.tokens_per_s for x in s.samples)
+        per_update = s.flops_per_update
+        achieved = per_update / step if per_update is not None else None
+        run_peak = peak_flops(device, s.precision, options.threads)
+        greedy = [x.greedy_per_s for x in s.samples if x.greedy_per_s is not None]
+        beam = [x.beam_per_s for x in s.samples if x.beam_per_s is not None]
+        base_beam = [x.beam_per_s for x in base.samples if x.beam_per_s is not None]
+        assert s.model is not None
+        runs.append(RunSpeed(
+            run=s.run.name, config_hash=config_hash(s.run.spec.model_dump(mode="json")), precision=s.precision,
+            params=count_parameters(s.model),
+            updates=len(s.updates), tokens_per_update=round((src + tgt) / len(s.updates), 1),
+            step_ms=round(1000 * step, 2), tokens_per_s=round(rate, 1),
+            gflop_per_target_token=significant(per_update * len(s.updates) / tgt / 1e9) if per_update else None,
+            tflops_per_s=significant(achieved / 1e12) if achieved else None,
+            mfu=significant(achieved / run_peak) if achieved else None,
+            greedy_sentences_per_s=round(statistics.median(greedy), 1) if greedy else None,
+            beam_sentences_per_s=round(statistics.median(beam), 1) if beam else None,
+            peak_memory_mib=memory.get(s.run.name),
+            rounds_tokens_per_s=[round(x.tokens_per_s, 1) for x in s.samples],
+            ratio=None if s is base else _ratio([x.tokens_per_s for x in s.samples],
+                                                [x.tokens_per_s for x in base.samples]),
+            beam_ratio=None if s is base or not beam or not base_beam else _ratio(beam, base_beam),
+        ))  # fmt: skip
+    ratios = [r.ratio for r in runs if r.ratio is not None]
+    reached = all(r.high / r.estimate - 1 <= options.target + 1e-9 for r in ratios)
+    first = subjects[0] if subjects else None
+    split = first.run.spec.data.test[0] if first and first.run.spec.data.test else None
+    return SpeedRecord(
+        experiment=experiment.name, machine=device_name(device), device_type=device.type,
+        threads=torch.get_num_threads() if device.type == "cpu" else None, torch=torch.__version__,
+        python=platform.python_version(), host=socket.gethostname(), started_at=began.isoformat(timespec="seconds"),
+        seconds=round(seconds, 1), rounds=rounds, target=options.target, reached=reached, decode_split=split,
+        decode_sentences=len(first.slice_ids) if first else 0, weights=options.weights,
+        peak_tflops=significant(peak / 1e12) if peak else None, runs=runs,
+    )  # fmt: skip
