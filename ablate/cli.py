@@ -286,8 +286,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
+    from ablate.sweep.bench import Options, bench
     from ablate.sweep.experiment import load_experiments
-    from ablate.train.bench import Options, bench
 
     experiments = load_experiments(args.files, args.overrides)
     if args.sentences < 0:

@@ -99,6 +99,19 @@ class EarlyStop(Record):
     validations_since_best: int = 0
 
 
+class Cost(Record):
+    """What training cost (ablate.train.flops.cost): fields of result.json, built as one piece by the worker."""
+
+    train_flops: float = Field(description="forward and backward FLOPs of every update (torch's FlopCounterMode)")
+    gflop_per_target_token: float
+    train_tflops_per_s: float = Field(description="train_flops over the seconds of optimizer steps")
+    peak_tflops: float = Field(description="the device's peak in the run's precision")
+    peak_source: str = Field(description="spec (training.peak_tflops) or measured (a timed matmul)")
+    mfu: float
+    budget: dict[str, Number] = Field(description="the run's length limits: max_steps, ...")
+    train_target_tokens: int
+
+
 class Evaluation(Record):
     """The model as scored at one step: the mean of the checkpoints evaluation.select names (the last ones, or
     those up to the best validation step), validated, every test split decoded."""
@@ -285,7 +298,7 @@ class Ratio(Record):
 
 
 class RunSpeed(Record):
-    """One run of an experiment as `ablate bench` timed it on one machine (ablate.train.bench)."""
+    """One run of an experiment as `ablate bench` timed it on one machine (ablate.sweep.bench)."""
 
     run: str
     config_hash: str

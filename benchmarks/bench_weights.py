@@ -1,5 +1,5 @@
 """Whether `ablate bench` may time untrained weights: one run timed with its seeded initialisation and with its
-trained weights, side by side in one process (ablate.train.bench's rounds, each update of one then the other).
+trained weights, side by side in one process (ablate.sweep.bench's rounds, each update of one then the other).
 
 Speed should depend on the shapes, kernels and output lengths alone, not on the weights' values (denormal
 floats, say, would make it depend). The bench forces every decoded sentence to its source's length, so decoding
@@ -19,8 +19,8 @@ from pathlib import Path
 import torch
 
 from ablate.rundir import CHECKPOINT, job_dir
+from ablate.sweep.bench import Options, Subject, _ratio, one_round
 from ablate.sweep.experiment import load_experiment
-from ablate.train.bench import Options, Subject, _ratio, one_round
 from ablate.train.device import device_name
 
 

@@ -59,8 +59,8 @@ def main() -> None:
                             device=torch.device("cpu"), autocast=amp)  # fmt: skip
         seconds = time.perf_counter() - start
         s = score(out.hypotheses, [p[1] for p in pairs], ev.lowercase)
-        bleu[name] = s["bleu"]
-        print(f"{name}: BLEU {s['bleu']:.2f}  chrF {s['chrf']:.2f}  {len(pairs) / seconds:.1f} sentences/s")
+        bleu[name] = s.bleu
+        print(f"{name}: BLEU {s.bleu:.2f}  chrF {s.chrf:.2f}  {len(pairs) / seconds:.1f} sentences/s")
     if len(bleu) == 2:
         print(f"BLEU bf16 - fp32: {bleu['bf16'] - bleu['fp32']:+.2f}")
 

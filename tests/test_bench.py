@@ -13,7 +13,7 @@ from ablate.report.frame import report_frame
 from ablate.report.results import from_records
 from ablate.report.tables import display
 from ablate.rundir import read_speeds, write_speed
-from ablate.train.bench import LengthForced, _ratio
+from ablate.sweep.bench import LengthForced, _ratio
 from tests.conftest import cli, randomised, tiny_model
 
 V = 50

@@ -17,8 +17,8 @@ def test_a_reference_written_in_nfd_matches_the_same_words_in_nfc():
     assert nfd != NFC  # the same words, other code points
     assert BLEU().corpus_score(NFC, [nfd]).score < 100  # raw, sacreBLEU would not match them
     result = score(NFC, nfd)
-    assert result["bleu"] == 100.0 and result["chrf"] == 100.0
-    assert score(nfd, NFC)["bleu"] == 100.0
+    assert result.bleu == 100.0 and result.chrf == 100.0
+    assert score(nfd, NFC).bleu == 100.0
 
 
 def test_length_buckets_score_each_bucket_as_sacrebleu_scores_its_sentences_alone():
@@ -27,14 +27,14 @@ def test_length_buckets_score_each_bucket_as_sacrebleu_scores_its_sentences_alon
     refs = ["Der Hund rennt .", "Eine Frau sitzt auf der Bank .", "Kinder spielen .", "Ein alter Mann ."]
     buckets = by_length(sources, hyps, refs, [10, 20, 30])
     assert list(buckets) == ["1-10", "11-20", "21-30", "31+"] == bucket_labels([10, 20, 30])
-    assert [b["sentences"] for b in buckets.values()] == [2, 1, 0, 1]
+    assert [b.sentences for b in buckets.values()] == [2, 1, 0, 1]
     short = [0, 2]
     expected = BLEU().corpus_score([hyps[i] for i in short], [[refs[i] for i in short]]).score
-    assert buckets["1-10"]["bleu"] == round(expected, 2)
-    assert buckets["1-10"]["chrf"] == round(CHRF().corpus_score([hyps[i] for i in short],
+    assert buckets["1-10"].bleu == round(expected, 2)
+    assert buckets["1-10"].chrf == round(CHRF().corpus_score([hyps[i] for i in short],
                                                                 [[refs[i] for i in short]]).score, 2)  # fmt: skip
-    assert buckets["11-20"]["bleu"] == round(BLEU().corpus_score([hyps[1]], [[refs[1]]]).score, 2)
-    assert buckets["21-30"] == {"sentences": 0, "bleu": None, "chrf": None}
+    assert buckets["11-20"].bleu == round(BLEU().corpus_score([hyps[1]], [[refs[1]]]).score, 2)
+    assert buckets["21-30"].dump() == {"sentences": 0, "bleu": None, "chrf": None}  # as result.json holds it
     assert bucket_labels([5]) == ["1-5", "6+"]
 
 

@@ -24,6 +24,7 @@ from ablate.errors import SpecValueError
 from ablate.files import write_text
 from ablate.model.decoding import translate_ids
 from ablate.model.transformer import Transformer
+from ablate.record import BucketScore, Score
 from ablate.rundir import hypotheses_path
 from ablate.train.log import Log
 from ablate.train.trainer import validation_loss
@@ -109,7 +110,7 @@ def translate(
     return Translation(tgt_vocab.decode(out), seconds)
 
 
-def score(hypotheses: Sequence[str], references: Sequence[str], lowercase: bool = False) -> dict[str, float | str]:
+def score(hypotheses: Sequence[str], references: Sequence[str], lowercase: bool = False) -> Score:
     """Corpus BLEU (13a tokenisation) and chrF of detokenised text against the references.
 
     Both sides are NFC-normalised first: hypotheses come out of the vocabulary in NFC (its normaliser),
@@ -121,8 +122,8 @@ def score(hypotheses: Sequence[str], references: Sequence[str], lowercase: bool 
     chrf = CHRF(lowercase=lowercase)
     b = bleu.corpus_score(hypotheses, [references])
     c = chrf.corpus_score(hypotheses, [references])
-    return {"bleu": round(b.score, 2), "chrf": round(c.score, 2), "bleu_signature": str(bleu.get_signature()),
-            "chrf_signature": str(chrf.get_signature())}  # fmt: skip
+    return Score(bleu=round(b.score, 2), chrf=round(c.score, 2), bleu_signature=str(bleu.get_signature()),
+                 chrf_signature=str(chrf.get_signature()))  # fmt: skip
 
 
 def bucket_labels(bounds: Sequence[int]) -> list[str]:
@@ -132,7 +133,7 @@ def bucket_labels(bounds: Sequence[int]) -> list[str]:
 
 
 def by_length(sources: Sequence[str], hypotheses: Sequence[str], references: Sequence[str], bounds: Sequence[int],
-              lowercase: bool = False) -> dict[str, dict[str, float | int | None]]:  # fmt: skip
+              lowercase: bool = False) -> dict[str, BucketScore]:  # fmt: skip
     """BLEU and chrF of the sentences whose source has 1-10, 11-20, ... words (compare-mt's breakdown).
 
     Words are whitespace-separated tokens of the raw source: the unit is the same whatever the vocabulary,
@@ -143,12 +144,11 @@ def by_length(sources: Sequence[str], hypotheses: Sequence[str], references: Seq
     for i, source in enumerate(sources):
         words = len(source.split())
         members[labels[sum(words > b for b in bounds)]].append(i)
-    out: dict[str, dict[str, float | int | None]] = {}
+    out: dict[str, BucketScore] = {}
     for label, rows in members.items():
-        scores: dict[str, float | str | None] = {"bleu": None, "chrf": None}
-        if rows:
-            scores = score([hypotheses[i] for i in rows], [references[i] for i in rows], lowercase)
-        out[label] = {"sentences": len(rows), "bleu": scores["bleu"], "chrf": scores["chrf"]}
+        scored = score([hypotheses[i] for i in rows], [references[i] for i in rows], lowercase) if rows else None
+        out[label] = BucketScore(sentences=len(rows), bleu=scored.bleu if scored else None,
+                                 chrf=scored.chrf if scored else None)  # fmt: skip
     return out
 
 
@@ -163,7 +163,7 @@ def validate(model: Transformer, data: Dataset, batches: Sequence[Batch], ev: Ev
         hyps = translate(model, [p[0] for p in pairs], data.src_vocab, data.tgt_vocab, beam_size=1, alpha=0.0,
                          max_extra_len=ev.max_extra_len, batch_size=ev.batch_size, device=device,
                          autocast=amp).hypotheses  # fmt: skip
-        record["valid_bleu"] = score(hyps, [p[1] for p in pairs], ev.lowercase)["bleu"]
+        record["valid_bleu"] = score(hyps, [p[1] for p in pairs], ev.lowercase).bleu
     return record
 
 
@@ -189,16 +189,17 @@ def decode(model: Transformer, data: Dataset, ev: EvaluationSpec, device: torch.
 def score_tests(data: Dataset, translations: dict[str, Translation], ev: EvaluationSpec) -> dict[str, Any]:
     """sacreBLEU's BLEU and chrF of every decoded test split, whole and by source length, and the decoding speed:
     the `scores` and `decode_sentences_per_s` of result.json (ablate.record.Evaluation)."""
-    scores = {}
+    scores: dict[str, Any] = {}
     for split, translation in translations.items():
         pairs = data.tests[split]
         sources, references = [p[0] for p in pairs], [p[1] for p in pairs]
-        scores[split] = score(translation.hypotheses, references, ev.lowercase)
+        scored = score(translation.hypotheses, references, ev.lowercase)
+        extra: dict[str, Any] = {}
         if ev.lowercase:  # a paper's flavour beside the standard one
             cased = score(translation.hypotheses, references)
-            scores[split] |= {"cased_bleu": cased["bleu"], "cased_bleu_signature": cased["bleu_signature"]}
-        scores[split]["by_length"] = by_length(sources, translation.hypotheses, references, ev.length_buckets,
-                                               ev.lowercase)  # fmt: skip
+            extra = {"cased_bleu": cased.bleu, "cased_bleu_signature": cased.bleu_signature}
+        buckets = by_length(sources, translation.hypotheses, references, ev.length_buckets, ev.lowercase)
+        scores[split] = Score(**scored.model_dump(exclude_unset=True), by_length=buckets, **extra).dump()
     seconds = sum(t.seconds for t in translations.values())
     decoded = sum(len(t.hypotheses) for t in translations.values())
     return {"scores": scores, "decode_sentences_per_s": round(decoded / seconds, 1)}

@@ -23,11 +23,11 @@ import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import torch
 
 from ablate.data.batches import Example, bucket
+from ablate.record import Cost
 from ablate.train.bf16 import bf16_matmuls
 from ablate.train.device import CoreShare, Placement, device_name
 
@@ -191,17 +191,17 @@ def cache_file() -> Path:
 
 
 def cost(flops: float, seconds: float, target_tokens: int, budget: dict[str, float], peak_tflops: float | None,
-         placement: Placement) -> dict[str, Any]:  # fmt: skip
+         placement: Placement) -> Cost:  # fmt: skip
     """What training cost, as result.json's fields: its FLOPs (measured), their rate, MFU against the device's peak
     (`peak_tflops` from the spec, else measured), and the budget (what stopped the run is the trainer's Outcome)."""
     peak = peak_tflops * 1e12 if peak_tflops else peak_flops(placement.device, placement.precision, placement.threads)
     achieved = flops / seconds if seconds else 0.0
-    return {
-        "train_flops": flops, "gflop_per_target_token": significant(flops / max(target_tokens, 1) / 1e9),
-        "train_tflops_per_s": significant(achieved / 1e12), "peak_tflops": significant(peak / 1e12),
-        "peak_source": "spec" if peak_tflops else "measured", "mfu": significant(achieved / (peak * placement.world)),
-        "budget": budget, "train_target_tokens": target_tokens,
-    }  # fmt: skip
+    return Cost(
+        train_flops=flops, gflop_per_target_token=significant(flops / max(target_tokens, 1) / 1e9),
+        train_tflops_per_s=significant(achieved / 1e12), peak_tflops=significant(peak / 1e12),
+        peak_source="spec" if peak_tflops else "measured", mfu=significant(achieved / (peak * placement.world)),
+        budget=budget, train_target_tokens=target_tokens,
+    )  # fmt: skip
 
 
 def significant(value: float) -> float:

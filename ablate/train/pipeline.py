@@ -248,8 +248,9 @@ class Pipeline:
             seconds = sum(r.get("seconds", 0.0) for r in read_diagnostics(self.job.directory))
             fields["diagnostics_seconds"] = round(seconds, 2)
         totals, training = self.trainer.totals, self.spec.training
-        return fields | cost(totals.flops, totals.step_seconds, totals.tgt_tokens, training.budgets(),
-                             training.peak_tflops, self.at)  # fmt: skip
+        spent = cost(totals.flops, totals.step_seconds, totals.tgt_tokens, training.budgets(), training.peak_tflops,
+                     self.at)  # fmt: skip
+        return fields | spent.dump()
 
     # -- average, validate, decode, score --------------------------------------------------------------------------
 
