@@ -145,3 +145,41 @@ def test_early_stopping_counts_patience_in_passes_when_validating_every_epoch():
     ends = epoch_ends(t, data, 7)
     assert validated == ends  # stopped at the third pass without a loss below the fourth's 3.0
     assert outcome.stopped_early and outcome.steps == ends[-1] and t.watch.best_step == ends[3]
+
+
+def fit_logged(sync_every, device="cpu", **training):
+    """fit with training.sync_every, validated and checkpointed on the way: what on_step logged, the trained
+    weights, the outcome, and the steps each validation and checkpoint saw logged before it."""
+    t = trainer(device, max_tokens=80, sync_every=sync_every, validate_every=6, checkpoint_every=4, **training)
+    logged, seen = [], []
+    outcome = t.fit(examples(300), logged.append, lambda step: seen.append(("valid", step, len(logged))) or {},
+                    lambda step: seen.append(("checkpoint", step, len(logged))))  # fmt: skip
+    return [(p.step, p.epoch, p.loss, p.lr, p.src_tokens) for p in logged], t, outcome, seen
+
+
+@pytest.mark.parametrize(
+    "device", ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="no GPU"))]
+)
+def test_deferred_loss_reads_train_log_and_stop_as_reading_every_step(device, monkeypatch):
+    """training.sync_every: losses kept on the device and read together every N steps give the same updates, the same
+    log (each step's loss at its step), every validation and checkpoint after the steps before it are logged, and
+    the same step of divergence; `auto` reads every step on a CPU."""
+    from ablate.train.trainer import Pending
+
+    reads, read = [], Pending.read
+    monkeypatch.setattr(Pending, "read", lambda self, *a: (len(self) and reads.append(len(self))) or read(self, *a))
+    eager, t_eager, done_eager, seen_eager = fit_logged(1, device, max_steps=23)
+    assert reads == [1] * 23
+    reads.clear()
+    deferred, t_deferred, done_deferred, seen_deferred = fit_logged(100, device, max_steps=23)
+    assert reads[0] == 1 and max(reads) > 1 and sum(reads) == 23  # the first alone; then up to each validation
+    assert len(eager) == 23 and deferred == eager and done_deferred == done_eager
+    assert seen_deferred == seen_eager and all(logged == step for _, step, logged in seen_eager)
+    for a, b in zip(t_eager.model.parameters(), t_deferred.model.parameters(), strict=True):
+        assert torch.equal(a, b)
+    assert t_deferred.totals.step_seconds > 0 and t_deferred.totals.timed_steps == 22
+    blown = {"schedule": {"name": "constant", "lr": 50.0}, "diverge_loss": 4.0}  # diverges within a few steps
+    eager, *_, diverged = fit_logged(1, device, max_steps=40, **blown)[:3]
+    deferred, *_, diverged_too = fit_logged(100, device, max_steps=40, **blown)[:3]
+    assert diverged.status == "diverged" and diverged_too == diverged and deferred == eager
+    assert trainer(device).sync_every(False) == (1 if device == "cpu" else 25)

@@ -31,6 +31,8 @@ from ablate.train.loss import smoothed_cross_entropy_sum
 from ablate.train.schedules import SCHEDULE
 from ablate.train.stopping import EarlyStoppingSpec, Watch
 
+DEFERRED_STEPS = 25  # training.sync_every: auto on CUDA (at 7.5 ms a step, a read every 0.2 s)
+
 
 class TrainingSpec(Section):
     """Optimisation: Adam with the paper's betas, a schedule, and when to stop, validate and save."""
@@ -116,6 +118,14 @@ class TrainingSpec(Section):
     )
     diverge_loss: PositiveFloat = Field(
         1e3, description="a training loss above this (or NaN/inf) ends the run as diverged"
+    )
+    sync_every: PositiveInt | Literal["auto"] = Field(
+        "auto",
+        description="read the training loss back from the device every N steps, the one wait for the device a step "
+        "has: the losses of the steps between are kept on the device, then logged and checked for divergence "
+        "together, each at its own step; the run trains the same. auto: every step on a CPU; on CUDA every "
+        f"{DEFERRED_STEPS}, but every step with max_seconds, budget points or several processes",
+        json_schema_extra=BOOKKEEPING,  # the same updates and losses (tests/test_training.py)
     )
 
     @model_validator(mode="after")
@@ -216,6 +226,51 @@ class Outcome:
         return self.stopped_by == StoppedBy.EARLY_STOPPING
 
 
+class Pending:
+    """Steps whose loss is still on the device (training.sync_every): read together, in one wait for the device, then
+    logged and checked for divergence each at its own step, as if each had been read at once. Their seconds are the
+    time from the first one's start to the read, shared out evenly."""
+
+    def __init__(self, on_step: Callable[[Progress], None] | None, diverge_loss: float):
+        self.on_step, self.diverge_loss = on_step, diverge_loss
+        self.steps: list[tuple[Progress, torch.Tensor, float]] = []
+        self.began = 0.0
+
+    def __len__(self) -> int:
+        return len(self.steps)
+
+    def begin(self) -> None:
+        """A step starts: the clock starts when it is the first pending one."""
+        if not self.steps:
+            self.began = time.perf_counter()
+
+    def add(self, progress: Progress, loss: torch.Tensor, epochs: float) -> None:
+        self.steps.append((progress, loss, epochs))
+
+    def read(self, totals: Totals, first: bool) -> Outcome | None:
+        """Reads the pending losses (one wait for the device), counts their seconds in `totals` (not the process's
+        first step's in the timed ones: it pays for warm-up), and logs them; the outcome of the first that diverged,
+        if one did."""
+        if not self.steps:
+            return None
+        losses = [self.steps[0][1].item()] if len(self.steps) == 1 else torch.stack([s[1] for s in self.steps]).tolist()
+        seconds = time.perf_counter() - self.began
+        each = seconds / len(self.steps)
+        totals.step_seconds += seconds
+        timed = len(self.steps) - (1 if first else 0)
+        totals.timed_steps += timed
+        totals.timed_seconds += each * timed
+        steps, self.steps = self.steps, []
+        for (progress, _, epochs), loss in zip(steps, losses, strict=True):
+            progress.loss, progress.step_seconds = loss, each
+            if self.on_step is not None:
+                self.on_step(progress)
+            if not math.isfinite(loss) or loss > self.diverge_loss:
+                reason = f"training loss {loss:.4g} at step {progress.step}"
+                return Outcome(Status.DIVERGED, progress.step, epochs, reason)
+        return None
+
+
 @dataclass
 class Totals:
     """What training has cost so far, kept across restarts from a checkpoint."""
@@ -284,9 +339,10 @@ class Trainer:
         mine = batch[self.rank :: self.world]
         return (mine, 1.0) if mine else (batch[:1], 0.0)
 
-    def train_step(self, batches: list[Batch], total_tokens: int | None = None,
-                   weights: Sequence[float] | None = None) -> float:  # fmt: skip
-        """One optimizer update over `batches` (gradient accumulation); returns the loss a target token.
+    def update(self, batches: list[Batch], total_tokens: int | None = None,
+               weights: Sequence[float] | None = None) -> torch.Tensor:  # fmt: skip
+        """One optimizer update over `batches` (gradient accumulation); the loss a target token, on the device (read
+        it when it is needed: reading waits for the device).
 
         Data-parallel, `batches` are this rank's shards, `total_tokens` the update's target tokens on
         all ranks and `weights` 0 for a stand-in shard. DDP averages gradients over ranks, hence `world`.
@@ -309,7 +365,21 @@ class Trainer:
             torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.spec.clip_norm)
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
-        return (all_sum(loss_sum) / total).item()  # a CPU-GPU sync a step: divergence must be caught where it happens
+        return all_sum(loss_sum) / total
+
+    def train_step(self, batches: list[Batch], total_tokens: int | None = None,
+                   weights: Sequence[float] | None = None) -> float:  # fmt: skip
+        """One optimizer update (`update`), its loss a target token read back: it waits for the device."""
+        return self.update(batches, total_tokens, weights).item()
+
+    def sync_every(self, has_hook: bool) -> int:
+        """Steps between reads of the loss (training.sync_every): `auto` defers them on CUDA alone, and not where a
+        budget point's hook, a limit in seconds or several processes need every step's state on the host."""
+        every = self.spec.sync_every
+        if every != "auto":
+            return every
+        eager = self.device.type != "cuda" or has_hook or self.spec.max_seconds is not None or self.world > 1
+        return 1 if eager else DEFERRED_STEPS
 
     def used(self) -> dict[str, float]:
         """How much of each budget of the spec (TrainingSpec.budgets) the run has used."""
@@ -359,6 +429,8 @@ class Trainer:
         self.epoch_updates = len(updates)
         if self.watch is not None and self.watch.exhausted:  # resumed from the checkpoint where it stopped
             return self._stopped_early(self.epoch + self.epoch_fraction)
+        every = self.sync_every(before_update is not None)
+        pending = Pending(on_step, spec.diverge_loss)  # steps whose loss is still on the device
         while not self.done():
             if before_update is not None and before_update():
                 self._count_time()
@@ -376,38 +448,43 @@ class Trainer:
             batches = [collate([examples[i] for i in indices], width) for indices, _ in shards]
             n_src = sum(len(examples[i][0]) for b in update for i in b)
             n_tgt = sum(len(examples[i][1]) - 1 for b in update for i in b)
-            t0 = time.perf_counter()
-            loss = self.train_step(batches, n_tgt, [w for _, w in shards])
-            seconds = time.perf_counter() - t0
+            pending.begin()
+            loss = self.update(batches, n_tgt, [w for _, w in shards])
+            epochs = self.epoch + self.position / len(updates)
+            lr = self.optimizer.param_groups[0]["lr"]
+            pending.add(Progress(self.step, self.epoch, math.nan, lr, 0.0, n_src, n_tgt), loss, epochs)
+            # every step when reads are not deferred, timed as before; else the first (warm-up) and each `every`
+            if (first or len(pending) >= every) and (diverged := pending.read(self.totals, first)):
+                self._count_time()
+                return diverged
+            first = False
             totals = self.totals  # not held across steps: a budget branch's end restores the trunk's
             totals.src_tokens += n_src
             totals.tgt_tokens += n_tgt
-            totals.step_seconds += seconds
             if self.flop_model is not None:
                 totals.flops += sum(self.flop_model.batch(examples, b[r :: self.world], width)
                                     for b in update for r in range(self.world) if b[r :: self.world])  # fmt: skip
-            if not first:
-                totals.timed_steps += 1
-                totals.timed_seconds += seconds
-            first = False
             self.epoch_fraction = self.position / len(updates)
-            epochs = self.epoch + self.epoch_fraction
-            if on_step:
-                lr = self.optimizer.param_groups[0]["lr"]
-                on_step(Progress(self.step, self.epoch, loss, lr, seconds, n_src, n_tgt))
-            if not math.isfinite(loss) or loss > spec.diverge_loss:
-                self._count_time()
-                return Outcome(Status.DIVERGED, self.step, epochs, f"training loss {loss:.4g} at step {self.step}")
             last = self.done()
             # the end is validated by the pipeline, on the weights it scores; with early stopping the watch sees the
             # last step too, so that a run still improving at its cap has its last step as the best
-            if on_validate and self._validation_due() and (not last or self.watch is not None):
+            validate = on_validate is not None and self._validation_due() and (not last or self.watch is not None)
+            diagnose = bool(spec.diagnostics_every) and self.step % (spec.diagnostics_every or 1) == 0
+            # the log, the validation and the diagnostics see every step up to this one
+            if (last or validate or diagnose) and (diverged := pending.read(self.totals, False)):
+                self._count_time()
+                return diverged
+            if validate and on_validate is not None:
                 record = on_validate(self.step) or {}
                 self.model.train()
                 if self._patience_exhausted(record) and not last:
                     return self._stopped_early(epochs)
             stop = should_stop is not None and any_rank(should_stop(), self.device)
-            if on_checkpoint and (stop or self.checkpoint_due()):
+            checkpoint = on_checkpoint is not None and (stop or self.checkpoint_due())
+            if (stop or checkpoint) and (diverged := pending.read(self.totals, False)):
+                self._count_time()
+                return diverged
+            if checkpoint and on_checkpoint is not None:
                 on_checkpoint(self.step)
             if stop:
                 self._count_time()
