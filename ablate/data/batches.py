@@ -35,8 +35,13 @@ class Batch:
     tgt_tokens: int  # tokens predicted
 
     def to(self, device: torch.device) -> Batch:
-        return Batch(self.src.to(device, non_blocking=True), self.tgt.to(device, non_blocking=True),
-                     self.src_tokens, self.tgt_tokens)  # fmt: skip
+        """On `device`. To a GPU from pinned memory, without waiting: the host prepares the next step's batch while
+        the device still computes this one (training.sync_every lets the host run ahead)."""
+        if device.type != "cuda" or self.src.device.type == "cuda":
+            return Batch(self.src.to(device), self.tgt.to(device), self.src_tokens, self.tgt_tokens)
+        src, tgt = self.src.pin_memory(), self.tgt.pin_memory()
+        return Batch(src.to(device, non_blocking=True), tgt.to(device, non_blocking=True), self.src_tokens,
+                     self.tgt_tokens)  # fmt: skip
 
 
 def pad(rows: Sequence[list[int]], length: int | None = None) -> Tensor:
