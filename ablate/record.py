@@ -300,7 +300,7 @@ class Ratio(Record):
 class RunSpeed(Record):
     """One run of an experiment as `ablate bench` timed it on one machine (ablate.sweep.bench)."""
 
-    run: str
+    run: str = Field(description="the run; in a learning-rate sweep the run before the rates (one rate timed for all)")
     config_hash: str
     precision: str = Field(description="what it computed in: fp32 or bf16 (`auto` resolved on this machine)")
     params: int

@@ -14,7 +14,7 @@ from ablate.report.results import from_records
 from ablate.report.tables import display
 from ablate.rundir import read_speeds, write_speed
 from ablate.sweep.bench import LengthForced, _ratio
-from tests.conftest import cli, randomised, tiny_model
+from tests.conftest import ROOT, cli, randomised, tiny_model
 
 V = 50
 
@@ -141,3 +141,15 @@ def test_the_report_takes_speed_and_memory_from_the_bench(tmp_path):
     rotary = dict(zip(columns, cells[1], strict=True))
     assert rotary["tok/s vs baseline"] == "0.95×"  # the bench's: no busy-machine mark
     assert not rotary["train tok/s"].endswith("†")
+
+
+def test_a_learning_rate_sweep_is_benched_once_a_run(tmp_path, write):
+    """The rates of a run train alike: one is timed for all, and the report finds it for every rate."""
+    path = write("swept.yaml", "name: swept\nextends: " + str(ROOT / "experiments" / "smoke.yaml") + "\n"
+                 "lr_sweep: [1.0e-3, 3.0e-3]\nvariants: {pre_ln: {model.norm_placement: pre_ln}}\n")  # fmt: skip
+    done = cli("bench", str(path), "--results", str(tmp_path), "--updates", "1", "--sentences", "0",
+               "--max-rounds", "1")  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    (record,) = read_speeds(tmp_path / "swept")
+    assert [r.run for r in record.runs] == ["baseline", "pre_ln"] and record.decode_sentences == 0
+    assert all(r.beam_sentences_per_s is None for r in record.runs)

@@ -68,3 +68,27 @@ def test_every_reused_result_names_a_committed_run_with_its_spec_and_seed():
         assert (origin["config_hash"], origin["seed"]) == (result["config_hash"], result["seed"]), path
         checked += 1
     assert checked > 20  # the committed evidence shares its baselines
+
+
+REPORTED = sorted(p.parent.parent.name for p in (ROOT / "results").glob("*/report/index.html"))
+
+
+def test_every_experiment_under_results_has_its_report_with_a_forest_plot():
+    """Every experiment with a summary has its report committed; every one with a row to compare (more than a
+    baseline) has the forest plot on its page."""
+    experiments = sorted(p.parent.name for p in (ROOT / "results").glob("*/summary.csv"))
+    assert experiments and experiments == REPORTED
+    for name in REPORTED:
+        page = (ROOT / "results" / name / "report" / "index.html").read_text(encoding="utf-8")
+        rows = (ROOT / "results" / name / "summary.csv").read_text(encoding="utf-8").count("\n") - 1
+        assert ('<figure id="forest">' in page) == (rows > 1), name
+
+
+@pytest.mark.parametrize("name", ["pe", "scaling", "tutorial", "norm", "heads", "table3"])
+def test_the_committed_report_is_what_ablate_report_writes_today(name):
+    """The committed comparison table cannot drift from the runs, the design or the bench: `ablate report` prints it
+    again, byte for byte, from the committed results (read only: the table as `--format md` prints it is the
+    report's table.md)."""
+    done = cli("report", f"results/{name}", "--format", "md", "--no-files", cwd=ROOT)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == (ROOT / "results" / name / "report" / "table.md").read_text(encoding="utf-8")

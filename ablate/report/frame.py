@@ -192,7 +192,7 @@ def _costs(jobs: list[JobRecord], reference: list[JobRecord], bench: SpeedRecord
         "peak MiB": mean_of(_present(r.peak_memory_mib for r in results), 1),
         "wall s": mean_of(_present(r.wall_seconds for r in results), 1),
     }  # fmt: skip
-    timed = bench.run(jobs[0].result.run) if bench is not None and jobs else None
+    timed = bench.run(jobs[0].result.arm or jobs[0].result.run) if bench is not None and jobs else None  # any rate
     if bench is not None:  # a run the bench did not time has no speed rather than a training run's
         ratio = None if timed is None else (timed.ratio.estimate if timed.ratio else 1.0)
         out |= {"train tok/s": timed and round(timed.tokens_per_s), "tok/s vs baseline": ratio,

@@ -223,7 +223,10 @@ def bench(experiment: Experiment, directory: Path, options: Options,
         raise UserError("ablate bench --device cuda: no GPU is visible here")
     if options.threads is not None:
         torch.set_num_threads(options.threads)
-    runs = [run for run in experiment.runs if not run.lr]  # a learning-rate sweep's rates train alike
+    arms: dict[str, Run] = {}
+    for run in experiment.runs:  # a learning-rate sweep's rates of one run train alike: its first rate stands for all
+        arms.setdefault(run.arm or run.name, run)
+    runs = list(arms.values())
     subjects = [Subject.of(run, device, options) for run in runs]
     weights = {s.run.name: _trained(directory, s.run) for s in subjects} if options.weights == "trained" else {}
     if options.weights == "trained" and not any(weights.values()):
@@ -360,8 +363,8 @@ def _record(experiment: Experiment, subjects: list[Subject], memory: dict[str, f
         base_beam = [x.beam_per_s for x in base.samples if x.beam_per_s is not None]
         assert s.model is not None
         runs.append(RunSpeed(
-            run=s.run.name, config_hash=config_hash(s.run.spec.model_dump(mode="json")), precision=s.precision,
-            params=count_parameters(s.model),
+            run=s.run.arm or s.run.name, config_hash=config_hash(s.run.spec.model_dump(mode="json")),
+            precision=s.precision, params=count_parameters(s.model),
             updates=len(s.updates), tokens_per_update=round((src + tgt) / len(s.updates), 1),
             step_ms=round(1000 * step, 2), tokens_per_s=round(rate, 1),
             gflop_per_target_token=significant(per_update * len(s.updates) / tgt / 1e9) if per_update else None,
