@@ -124,7 +124,31 @@ def imports(source: str, package: str, known: Iterable[str]) -> set[str]:
                 base = ".".join([*anchor, *([node.module] if node.module else [])])
             for alias in node.names:
                 found.add(f"{base}.{alias.name}" if f"{base}.{alias.name}" in known else base)
+        elif (name := dynamic_import(node)) is not None and name:
+            found.add(name)  # importlib.import_module("ablate.model") is an edge like any other
     return found
+
+
+DYNAMIC = ("import_module", "__import__")
+DYNAMIC_ANYWHERE = {"ablate", "ablate.registry"}  # the lazy public names and the plugin loader import by a variable
+
+
+def dynamic_import(node: ast.AST) -> str | None:
+    """What an `importlib.import_module(...)` or `__import__(...)` call imports: the module name when it is a
+    string literal, "" when it is computed; None for any other node."""
+    if not isinstance(node, ast.Call):
+        return None
+    func = node.func
+    name = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else None
+    if name not in DYNAMIC:
+        return None
+    first = node.args[0] if node.args else None
+    return first.value if isinstance(first, ast.Constant) and isinstance(first.value, str) else ""
+
+
+def computed_imports(source: str) -> int:
+    """How many imports by a computed name a source makes (importlib.import_module(variable), __import__(variable))."""
+    return sum(dynamic_import(node) == "" for node in ast.walk(ast.parse(source)))
 
 
 def imports_torch(names: Iterable[str]) -> bool:
@@ -440,3 +464,20 @@ def test_the_cycle_finder_finds_a_cycle_that_a_function_local_import_hides():
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
     source = "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import x\ndef f():\n    import y\n"
     assert imports(source, "ablate", MODULES) == {"typing", "x", "y"}  # ast.walk sees both: neither hides
+
+
+def test_only_the_plugin_loader_and_the_public_names_import_by_a_computed_name():
+    """An import whose name is computed would hide an edge from this test: only ablate/__init__.py's lazy names and
+    registry.py's plugin loader may make one."""
+    computed = {m for m, p in MODULES.items() if computed_imports(p.read_text(encoding="utf-8"))}
+    assert computed == DYNAMIC_ANYWHERE
+
+
+def test_a_planted_dynamic_import_in_a_report_module_fails():
+    """`__import__("ablate.model")` (or importlib.import_module) in report/ is an edge report -> model, refused."""
+    for call in ('__import__("ablate.model")', 'importlib.import_module("ablate.model.spec")'):
+        source = MODULES["ablate.report.frame"].read_text(encoding="utf-8") + f"\n\ndef planted():\n    {call}\n"
+        graph = {**GRAPH, "ablate.report.frame": {n for n in imports(source, "ablate.report", MODULES) if n in MODULES}}
+        found = planted(violations(graph, TABLE), violations(GRAPH, TABLE))
+        assert found and all("ablate.report.frame (report) imports ablate.model" in v for v in found), call
+    assert computed_imports("import importlib\nimportlib.import_module(name)\n__import__(f'ablate.{x}')\n") == 2

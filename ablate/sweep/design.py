@@ -7,7 +7,9 @@ intervals decides the verdicts it was meant to judge), and `ablate report --marg
 another, marked as a view. A plain design follows the latest seeds (rewritten when they change). A sequential
 design is fixed before its first look: another margin, seed count or seed order for it is an error, since a
 design changed after seeing verdicts no longer keeps its error rates. A plain run never replaces a sequential
-design. The report reads the file (ablate.report.verdicts) and judges as the sweep did. No torch.
+design. The report reads the file (ablate.report.verdicts) and judges as the sweep did. This module computes no
+tensor, but it is not torch-free: the experiment it reads (ablate.sweep.experiment) validates run specs, whose
+sections import torch (ablate.train.spec).
 """
 
 from __future__ import annotations

@@ -7,7 +7,8 @@ print_verdicts the verdict of every row, the look it was reached at, and the see
 Each pass reads the finished seeds from the result files and replays every look from them (ablate.report.verdicts,
 ablate.report.decide), then trains the seeds the next look needs through runner.sweep: a sweep killed anywhere
 (kill -9 included) resumes where its design stands, a seed trained elsewhere with the same spec is reused by its
-config hash, and the report shows the decisions this loop acted on. No torch until a look trains.
+config hash, and the report shows the decisions this loop acted on. It computes no tensor itself, but imports torch
+with the runner and the experiment's run specs (ablate.sweep.runner, ablate.train.spec).
 """
 
 from __future__ import annotations
