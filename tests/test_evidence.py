@@ -92,3 +92,19 @@ def test_the_committed_report_is_what_ablate_report_writes_today(name):
     done = cli("report", f"results/{name}", "--format", "md", "--no-files", cwd=ROOT)
     assert done.returncode == 0, done.stderr
     assert done.stdout == (ROOT / "results" / name / "report" / "table.md").read_text(encoding="utf-8")
+
+
+def test_a_budget_verdict_line_shows_the_table_s_own_figures():
+    """One rounding rule: the line under the budgets table reads each ΔBLEU as the table's cell does (the mean
+    difference rounded once), not the interval's centre, which can differ by 0.01 (pe's none: −9.53 in the table)."""
+    from pathlib import Path
+
+    from ablate.report.build import build
+
+    budgets = build(Path("results/pe")).budgets
+    assert budgets is not None
+    cells = {(r["run"], r["budget"]): r["ΔBLEU"] for r in budgets.frame.to_dict("records")}
+    for run, line in budgets.verdicts.items():
+        for figure, budget in re.findall(r"([−+]\d+\.\d\d) \[[^]]*\]\*? at (\d+)", line):
+            assert float(figure.replace("−", "-")) == cells[(run, budget)], (run, budget, line)
+    assert "−9.53 [−11.05, −8.00]* at 8000" in budgets.verdicts["none"]

@@ -190,7 +190,8 @@ def budget_table(exp: ExperimentResults, declared: Declared | None = None) -> Bu
         notes.append(no_spread_note([f"{run} at {', '.join(at)}" for run, at in
                                      sorted(no_spread.items(), key=lambda item: order.index(item[0]))]))  # fmt: skip
     agreement, agreement_notes = rank_agreement(exp, views, split, with_ends(exp, points[-1]))
-    verdict_lines = verdicts(exp, intervals, points)
+    deltas = {(row["run"], row["budget"]): row.get("ΔBLEU") for row in rows}  # the table's, rounded once
+    verdict_lines = verdicts(exp, intervals, points, deltas)
     counted = BUDGET_UNITS.get(unit(exp) or "", "")
     return Budgets(points, counted, frame, notes, agreement, agreement_notes, verdict_lines, intervals)
 
@@ -283,9 +284,11 @@ def _single_seed_tau(first: dict[int, dict[str, float]], second: dict[int, dict[
     return (statistics.fmean(taus), min(sizes)) if taus else (None, 0)
 
 
-def verdicts(exp: ExperimentResults, intervals: dict[tuple[str, float], Interval],
-             points: list[float]) -> dict[str, str]:  # fmt: skip
-    """A line a run, from its ΔBLEU interval at the first and at the last budget point."""
+def verdicts(exp: ExperimentResults, intervals: dict[tuple[str, float], Interval], points: list[float],
+             deltas: dict[tuple[str, str], float | None] | None = None) -> dict[str, str]:  # fmt: skip
+    """A line a run, from its ΔBLEU interval at the first and at the last budget point; `deltas` (run, budget name):
+    the table's ΔBLEU, shown in place of the interval's centre so that a figure reads the same everywhere."""
+    deltas = deltas or {}
     out = {}
     first, last = points[0], points[-1]
     for run in exp.runs:
@@ -293,7 +296,8 @@ def verdicts(exp: ExperimentResults, intervals: dict[tuple[str, float], Interval
         if a is None or b is None:
             continue
         said = verdict(a, b) if a.decidable and b.decidable else "not resolved (1 seed)"
-        line = f"{said}: {_show(a)} at {budget_name(first)}, {_show(b)} at {budget_name(last)}"
+        shown = [_show(i, deltas.get((run, budget_name(p)))) for i, p in ((a, first), (b, last))]
+        line = f"{said}: {shown[0]} at {budget_name(first)}, {shown[1]} at {budget_name(last)}"
         if not (a.decidable and b.decidable):
             line += " (test sentences only: an arm has a single seed, so no claim about the architecture)"
         out[run] = line
@@ -322,9 +326,11 @@ def verdict(first: Interval, last: Interval) -> str:
     return "not resolved"
 
 
-def _show(i: Interval) -> str:
+def _show(i: Interval, delta: float | None = None) -> str:
+    """ΔBLEU [lo, hi], * where the interval excludes 0; `delta`: the table's ΔBLEU (else the interval's centre)."""
     sign = lambda v: f"{v:+.2f}".replace("-", "−")  # noqa: E731
-    return f"{sign(i.delta)} [{sign(i.low)}, {sign(i.high)}]" + ("*" if i.excludes_zero else "")
+    return f"{sign(i.delta if delta is None else delta)} [{sign(i.low)}, {sign(i.high)}]" + (
+        "*" if i.excludes_zero else "")  # fmt: skip
 
 
 def reproduction(exp: ExperimentResults, root: Path) -> tuple[pd.DataFrame, list[str]] | None:
