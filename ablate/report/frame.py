@@ -180,7 +180,7 @@ def _costs(jobs: list[JobRecord], reference: list[JobRecord], bench: SpeedRecord
     the training runs', and a ratio only between runs that trained in the same conditions (`_comparable`)."""
     results = [j.result for j in jobs]
     rate, base_rate = _speed(jobs), _speed(reference)
-    paired = rate and base_rate and _comparable(jobs, reference)
+    paired = rate and base_rate and (jobs is reference or _comparable(jobs, reference))  # the baseline's own: 1
     out = {
         "train tok/s": rate, "tok/s vs baseline": round(rate / base_rate, 2) if paired else None,
         "decode sent/s": mean_of(_present(j.result.decode_sentences_per_s for j in jobs if j.ok), 1),

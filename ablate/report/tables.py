@@ -169,10 +169,11 @@ def print_table(console, title: str, frame: pd.DataFrame, notes: list[str], comp
         hidden.append("status")  # room for the rest in TERMINAL_WIDTH; the note says every run completed
     columns, rows = display(frame, hidden)
     table = Table(title=escape(title), title_justify="left", box=box.SIMPLE_HEAD if compact else box.HEAVY_HEAD)
-    for column in columns:  # numbers and run names whole; long text wraps at its spaces, a long word folds
-        text = column in TEXT_COLUMNS and column != "run"
-        table.add_column(escape(column), justify="left" if column in TEXT_COLUMNS else "right",
-                         overflow="fold", no_wrap=not text)  # fmt: skip
+    for i, column in enumerate(columns):  # a cell wraps at its spaces; no narrower than its longest word, but the
+        longest = max(len(word) for text in [column, *(row[i] for row in rows)] for word in text.split() or [""])
+        free = column in ("differs", "note")  # free text, which folds a word too long for the width left
+        table.add_column(escape(column), justify="left" if column in TEXT_COLUMNS else "right", overflow="fold",
+                         min_width=None if free else longest)  # fmt: skip
     for row in rows:
         table.add_row(*map(escape, row))
     console.print(table, width=min(console.width, TERMINAL_WIDTH) if compact else None)

@@ -441,30 +441,13 @@ class Trainer:
                 updates = self.updates(examples, self.epoch)
                 self.epoch_updates = len(updates)
                 continue
-            update = updates[self.position]
             self.position += 1
-            shards = [self.shard(b) for b in update]
-            width = self.width
-            batches = [collate([examples[i] for i in indices], width) for indices, _ in shards]
-            n_src = sum(len(examples[i][0]) for b in update for i in b)
-            n_tgt = sum(len(examples[i][1]) - 1 for b in update for i in b)
-            pending.begin()
-            loss = self.update(batches, n_tgt, [w for _, w in shards])
-            epochs = self.epoch + self.position / len(updates)
-            lr = self.optimizer.param_groups[0]["lr"]
-            pending.add(Progress(self.step, self.epoch, math.nan, lr, 0.0, n_src, n_tgt), loss, epochs)
             # every step when reads are not deferred, timed as before; else the first (warm-up) and each `every`
+            epochs = self._update_at(examples, updates, pending)
             if (first or len(pending) >= every) and (diverged := pending.read(self.totals, first)):
                 self._count_time()
                 return diverged
             first = False
-            totals = self.totals  # not held across steps: a budget branch's end restores the trunk's
-            totals.src_tokens += n_src
-            totals.tgt_tokens += n_tgt
-            if self.flop_model is not None:
-                totals.flops += sum(self.flop_model.batch(examples, b[r :: self.world], width)
-                                    for b in update for r in range(self.world) if b[r :: self.world])  # fmt: skip
-            self.epoch_fraction = self.position / len(updates)
             last = self.done()
             # the end is validated by the pipeline, on the weights it scores; with early stopping the watch sees the
             # last step too, so that a run still improving at its cap has its last step as the best
@@ -492,6 +475,29 @@ class Trainer:
         self._count_time()
         epochs = self.epoch + (self.position / len(updates) if updates else 0.0)
         return Outcome(Status.COMPLETED, self.step, float(epochs), stopped_by=self.reached())
+
+    def _update_at(self, examples: Sequence[Example], updates: list[list[list[int]]], pending: Pending) -> float:
+        """The epoch's update at `position` (already advanced past it), its loss left pending and its tokens and FLOPs
+        counted; the epochs trained after it."""
+        update = updates[self.position - 1]
+        shards = [self.shard(b) for b in update]
+        width = self.width
+        batches = [collate([examples[i] for i in indices], width) for indices, _ in shards]
+        n_src = sum(len(examples[i][0]) for b in update for i in b)
+        n_tgt = sum(len(examples[i][1]) - 1 for b in update for i in b)
+        pending.begin()
+        loss = self.update(batches, n_tgt, [w for _, w in shards])
+        epochs = self.epoch + self.position / len(updates)
+        lr = self.optimizer.param_groups[0]["lr"]
+        pending.add(Progress(self.step, self.epoch, math.nan, lr, 0.0, n_src, n_tgt), loss, epochs)
+        totals = self.totals  # not held across steps: a budget branch's end restores the trunk's
+        totals.src_tokens += n_src
+        totals.tgt_tokens += n_tgt
+        if self.flop_model is not None:
+            totals.flops += sum(self.flop_model.batch(examples, b[r :: self.world], width)
+                                for b in update for r in range(self.world) if b[r :: self.world])  # fmt: skip
+        self.epoch_fraction = self.position / len(updates)
+        return epochs
 
     def _stopped_early(self, epochs: float) -> Outcome:
         self._count_time()
