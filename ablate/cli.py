@@ -86,10 +86,12 @@ def build_parser() -> Parser:
     where.add_argument("--gpus-per-run", type=int, default=None, metavar="K",
                      help="GPUs of one run, data-parallel (DDP) when K > 1 (default 1; with Slurm, 0 for a CPU "
                      "spec, 1 for cuda, and for auto 1 where the partition's nodes have GPUs)")  # fmt: skip
-    where.add_argument("--runs-per-gpu", type=_positive, default=1, metavar="R",
-                     help="R runs share each GPU, one GPU a run: for models too small to keep a GPU busy (start "
-                     "NVIDIA's MPS, nvidia-cuda-mps-control -d, so that their kernels overlap); their speed "
-                     "columns may then measure a shared GPU (default 1; docs/running.md)")  # fmt: skip
+    where.add_argument("--runs-per-gpu", type=_runs_per_gpu, default=1, metavar="R",
+                     help="R runs share each GPU, one GPU a run: for models too small to keep a GPU busy (with "
+                     "NVIDIA's MPS, nvidia-cuda-mps-control -d, their kernels overlap); their speed columns may then "
+                     "measure a shared GPU. auto: a probe trains 1, 2, 4, ... copies of the first run at once and "
+                     "takes the number with the most steps a second that fits the GPU's memory, starting MPS where "
+                     "it is installed (default 1; docs/running.md)")  # fmt: skip
     where.add_argument("--threads-per-run", type=_positive, default=None, metavar="K",
                      help="on the CPU: K threads a run, each run pinned to K cores of its own, as many runs at "
                      "once as the cores allow (default: OMP_NUM_THREADS when it is set; else as many runs at once "
@@ -349,6 +351,8 @@ def _run(args: argparse.Namespace) -> int:
     slurm = {key: value for key, value in flags if value is not None}
     if args.slurm:
         slurm["additional"] = {k.replace("-", "_"): v for k, v in parse_overrides(args.slurm, "--slurm").items()}
+    if args.runs_per_gpu == "auto":
+        args.runs_per_gpu = _auto_runs_per_gpu(args, experiments, only)
     if args.runs_per_gpu > 1 and args.launcher != "local":
         raise UserError(f"--runs-per-gpu {args.runs_per_gpu}: with --launcher local only (Slurm gives a job its GPUs "
                         "whole)")  # fmt: skip
@@ -386,6 +390,30 @@ def _run(args: argparse.Namespace) -> int:
 def _stop_like_ctrl_c(signum: int, frame) -> None:
     """SIGTERM (`kill`, a job scheduler) stops a sweep as Ctrl-C does: every worker checkpoints first."""
     raise KeyboardInterrupt
+
+
+def _runs_per_gpu(value: str) -> int | str:
+    return value if value == "auto" else _positive(value)
+
+
+def _auto_runs_per_gpu(args: argparse.Namespace, experiments: list[Any], only: list[str]) -> int:
+    """--runs-per-gpu auto resolved (ablate.sweep.packing): 1 without a GPU, on Slurm or for a dry run."""
+    from ablate.sweep.devices import cuda_available
+
+    if args.launcher != "local" or args.dry_run or args.device == "cpu" or not cuda_available():
+        print("--runs-per-gpu auto: 1 (no GPU to probe, a dry run or Slurm)", flush=True)
+        return 1
+    if (args.gpus_per_run or 1) > 1:
+        raise UserError(f"--runs-per-gpu auto: only with one GPU a run, not --gpus-per-run {args.gpus_per_run}")
+    from ablate.sweep import packing
+
+    experiment = experiments[0]
+    run = next((r.name for r in experiment.runs if not only or r.name in only), experiment.runs[0].name)
+    seeds = args.seeds if isinstance(args.seeds, int) else len(args.seeds or experiment.seeds or [1])
+    jobs = sum(len(e.runs) for e in experiments) * seeds
+    runs, line = packing.choose(str(args.files[0]), args.overrides, run, jobs, 0, lambda s: print(s, flush=True))
+    print(f"--runs-per-gpu auto: {line}", flush=True)
+    return runs
 
 
 def _positive(value: str) -> int:

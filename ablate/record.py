@@ -207,6 +207,9 @@ class RunResult(Evaluation):
     train_src_tokens_per_s: float | None = None
     train_tgt_tokens_per_s: float | None = None
     step_ms: float | None = None
+    cuda_graphs: int | None = Field(
+        None, description="batch shapes trained as CUDA graphs (training.cuda_graphs); absent: every step eager"
+    )
     diagnostics_seconds: float | None = None
     # what training cost (ablate.train.flops)
     train_flops: float | None = None

@@ -80,7 +80,7 @@ class Exit(IntEnum):
 # Keys that change neither the trained model nor its scores, left out of the config hash. With checkpoint
 # averaging on, the checkpoints are what gets averaged, so their interval counts.
 BOOKKEEPING = {("training", "checkpoint_every"), ("training", "peak_tflops"), ("training", "diagnostics_every"),
-               ("training", "sync_every")}  # fmt: skip
+               ("training", "sync_every"), ("training", "cuda_graphs")}  # fmt: skip
 
 # Keys added after results were committed, left out of the hash at the value runs had before them (their default,
 # unless `config.added(was=...)` says otherwise) so that earlier hashes hold: a run that does not use them is the

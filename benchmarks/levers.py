@@ -29,6 +29,13 @@ was trained with (torch's dropout, loss and Adam; no buckets). An arm pulls leve
                        real target tokens a second
     chunked            training.cross_entropy chunked: the label-smoothed loss 64 rows at a time (more under
                        4,096 words) with a one-pass backward, no fp32 copy of the logits (ablate/train/loss.py)
+    graphs             training.cuda_graphs true (--device cuda, with buckets): each batch shape's whole update
+                       replayed as a CUDA graph (ablate/train/graphs.py); every other arm on CUDA is eager
+
+On CUDA (--device cuda) an arm's step is timed to its end (the loss read back, as a run reads it every step
+when it has budget points), and the default arms are the converged recipe's step eager and as CUDA graphs:
+
+    python benchmarks/levers.py --device cuda --experiment experiments/converged.yaml --set training.precision=bf16
 
 An arm may join any levers with '-' (bf16-bits16-fused); those above are the default set.
 
@@ -69,18 +76,20 @@ from ablate.parts.attention import sdpa  # noqa: E402
 from ablate.parts.dropout import use_sampler  # noqa: E402
 from ablate.sweep.experiment import load_experiment  # noqa: E402
 from ablate.train.bf16 import EmulatedBf16Matmuls  # noqa: E402
-from ablate.train.device import device_name  # noqa: E402
+from ablate.train.device import Placement, device_name  # noqa: E402
 from ablate.train.trainer import Trainer  # noqa: E402
 
-LEVERS = ("bf16", "foreach", "fused", "compiled", "attention", "emulated", "bits16", "chunked", "buckets")
+LEVERS = ("bf16", "foreach", "fused", "compiled", "attention", "emulated", "bits16", "chunked", "buckets", "graphs")
 ARMS = ("foreach", "fused", "compiled", "bits16", "chunked", "buckets", "bf16", "bf16-emulated", "bf16-attention",
         "bf16-compiled", "bf16-fused", "bf16-foreach", "bf16-bits16", "bf16-chunked", "bf16-buckets",
         "bf16-bits16-chunked-fused", "bf16-bits16-chunked-fused-buckets")  # fmt: skip
+CUDA_ARMS = ("buckets-graphs",)  # with --set training.precision=bf16: the converged recipe's step as graphs
 
 
-def trainer(arm: str, model: torch.nn.Module, spec, d_model: int) -> Trainer:
+def trainer(arm: str, model: torch.nn.Module, spec, d_model: int, device: torch.device) -> Trainer:
     """ablate's Trainer with the arm's levers pulled (none, for "as is"): an arm names them joined by '-'."""
     levers = set(arm.split("-")) - {"as is"}
+    spec = spec.model_copy(update={"cuda_graphs": "graphs" in levers})
     if "bf16" in levers:
         spec = spec.model_copy(update={"precision": "bf16"})
     for kernel in ("foreach", "fused"):
@@ -92,7 +101,7 @@ def trainer(arm: str, model: torch.nn.Module, spec, d_model: int) -> Trainer:
         spec = spec.model_copy(update={"shape_buckets": 8})
     if "bits16" in levers:
         use_sampler(model, "bits16")
-    t = Trainer(model, spec, d_model)
+    t = Trainer(model.to(device), spec, d_model, Placement.of(device.type, 0, spec.precision, None))
     if "compiled" in levers:
         t.forward = torch.compile(model, dynamic=True)
     if "emulated" in levers:  # the whole step, its backward's products included
@@ -120,7 +129,9 @@ def trainer(arm: str, model: torch.nn.Module, spec, d_model: int) -> Trainer:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--experiment", default="experiments/base.yaml")
-    parser.add_argument("--arms", default=",".join(ARMS), help=f"levers to compare with 'as is': {', '.join(ARMS)}")
+    parser.add_argument("--arms", default=None, help=f"levers to compare with 'as is' (default on the CPU: "
+                        f"{', '.join(ARMS)}; on CUDA: {', '.join(CUDA_ARMS)})")  # fmt: skip
+    parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     parser.add_argument("--steps", type=int, default=20, help="timed steps of each arm")
     parser.add_argument("--warmup", type=int, default=5, help="untimed steps of each arm first")
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
@@ -128,21 +139,24 @@ def main() -> None:
                         help="as ablate run --set, on the recipe: what 'as is' is (e.g. the kernels an experiment file "
                         "that does not extend experiments/base.yaml leaves at ablate's defaults)")  # fmt: skip
     args = parser.parse_args()
-    arms = [a for a in args.arms.split(",") if a]
+    arms = [a for a in (args.arms or ",".join(CUDA_ARMS if args.device == "cuda" else ARMS)).split(",") if a]
     if unknown := sorted({lever for a in arms for lever in a.split("-")} - set(LEVERS)):
         parser.error(f"--arms: no lever {', '.join(unknown)}; an arm joins some of {', '.join(LEVERS)} with '-'")
     for lever in ("attention", "emulated"):
         if bad := [a for a in arms if lever in a.split("-") and "bf16" not in a.split("-")]:
             parser.error(f"--arms: {', '.join(bad)}: the {lever} lever is bf16's; join it to bf16 (bf16-{lever})")
+    if bad := [a for a in arms if "graphs" in a.split("-") and (args.device != "cuda" or "buckets" not in a)]:
+        parser.error(f"--arms: {', '.join(bad)}: graphs need --device cuda and the buckets lever (few shapes)")
     if args.threads:
         torch.set_num_threads(args.threads)
+    device = torch.device(args.device)
     overrides = ["training.precision=fp32", "training.validate_every=100000", "training.checkpoint_every=null",
                  "training.diagnostics_every=0", "evaluation.average_checkpoints=1", *NOT_TIMED, *args.set]  # fmt: skip
     spec = load_experiment(args.experiment, overrides).baseline.spec
     data = load_dataset(spec.data, spec.tokenizer)
     torch.manual_seed(1)
     model = build_model(spec.model, len(data.src_vocab), len(data.tgt_vocab), pad_id=PAD)
-    trainers = {name: trainer(name, copy.deepcopy(model), spec.training, spec.model.d_model)
+    trainers = {name: trainer(name, copy.deepcopy(model), spec.training, spec.model.d_model, device)
                 for name in ["as is", *arms]}  # fmt: skip
     batches = {name: first_batches(data.train, t, args.warmup + args.steps) for name, t in trainers.items()}
     times: dict[str, list[float]] = {name: [] for name in trainers}
@@ -162,7 +176,7 @@ def main() -> None:
                 tokens[name] += batch.tgt_tokens
     model_spec = spec.model
     caches = ", ".join(f"{v}={os.environ.get(v, 'default')}" for v in PRIMITIVE_CACHES)
-    print(f"{device_name(torch.device('cpu'))}, torch {torch.__version__}, {caches}; {args.experiment}'s baseline "
+    print(f"{device_name(device)}, torch {torch.__version__}, {caches}; {args.experiment}'s baseline "
           f"(d_model {model_spec.d_model}, {model_spec.encoder_layers}+{model_spec.decoder_layers} layers, "
           f"<= {spec.training.max_tokens} tokens a batch), {args.steps} timed steps an arm after "
           f"{args.warmup}")  # fmt: skip

@@ -228,6 +228,8 @@ class Pipeline:
             fields |= {"threads": torch.get_num_threads(), "cpu_ids": self.share.cores,
                        "core_share": self.share.stop()}  # fmt: skip
         timed = totals.timed_seconds / totals.timed_steps if totals.timed_steps else totals.step_seconds / outcome.steps
+        if self.trainer.graphs is not None:
+            fields["cuda_graphs"] = len(self.trainer.graphs)
         watch = self.trainer.watch
         if watch is not None:
             fields["early_stopping"] = EarlyStop(metric=watch.metric, stopped=outcome.stopped_early,

@@ -27,6 +27,7 @@ from ablate.registry import PartSpec
 from ablate.train.device import Placement
 from ablate.train.distributed import all_sum, any_rank
 from ablate.train.flops import FlopModel
+from ablate.train.graphs import CapturedSteps, wanted
 from ablate.train.loss import smoothed_cross_entropy_sum
 from ablate.train.schedules import SCHEDULE
 from ablate.train.stopping import EarlyStoppingSpec, Watch
@@ -127,6 +128,13 @@ class TrainingSpec(Section):
         f"{DEFERRED_STEPS}, but every step with max_seconds, budget points or several processes",
         json_schema_extra=BOOKKEEPING,  # the same updates and losses (tests/test_training.py)
     )
+    cuda_graphs: bool | Literal["auto"] = Field(
+        "auto",
+        description="replay each batch shape's update (forward, backward, Adam) as a CUDA graph, captured the first "
+        "time the shape is met (ablate/train/graphs.py): no Python or kernel launches in the step. auto: on CUDA "
+        "with shape_buckets (whose shapes are few) in one process; never on a CPU",
+        json_schema_extra=BOOKKEEPING,  # an execution detail of the device, as the device is: eager's losses within
+    )  # bf16 round-off (tests/test_graphs.py); a CPU run never captures
 
     @model_validator(mode="after")
     def _stops(self) -> TrainingSpec:
@@ -182,12 +190,15 @@ def updates_of(examples: Sequence[Example], spec: TrainingSpec, epoch: int, widt
     return updates + ([current] if current else [])
 
 
-def autocast(device: torch.device, precision: str) -> Any:
+def autocast(device: torch.device, precision: str, cache: bool = True) -> Any:
     """bf16 autocast (fp32 master weights; the loss is taken in fp32), or nothing for fp32. `precision` is
-    resolved already (ablate.train.device.Placement): `auto` is decided in one place, not here."""
+    resolved already (ablate.train.device.Placement): `auto` is decided in one place, not here. `cache`: keep the
+    weights' bf16 copies while the context lasts (not under CUDA graph capture)."""
     if precision not in ("fp32", "bf16"):
         raise ValueError(f"precision {precision!r}: resolve it first (ablate.train.device.resolve_precision)")
-    return torch.autocast(device.type, dtype=torch.bfloat16) if precision == "bf16" else nullcontext()
+    if precision == "fp32":
+        return nullcontext()
+    return torch.autocast(device.type, dtype=torch.bfloat16, cache_enabled=cache)
 
 
 def cross_entropy_sum(model: Transformer, batch: Batch, label_smoothing: float, kernel: str = "torch") -> torch.Tensor:
@@ -307,20 +318,31 @@ class Trainer:
             self.forward = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
         params = [p for p in model.parameters() if p.requires_grad]
         adam = torch.optim.AdamW if spec.weight_decay > 0 else torch.optim.Adam
-        kernel = {"foreach": {"foreach": True}, "fused": {"fused": True}}.get(spec.adam_kernel, {})
-        self.optimizer = adam(params, lr=0.0, betas=spec.betas, eps=spec.eps, weight_decay=spec.weight_decay,
-                              **kernel)  # fmt: skip
+        kernel: dict[str, Any] = {"foreach": {"foreach": True}, "fused": {"fused": True}}.get(spec.adam_kernel, {})
+        self.width = spec.bucket_width(placement.precision)  # batches' bucket width, or None
+        self.graphs: CapturedSteps | None = None  # training.cuda_graphs (ablate.train.graphs)
+        self.lr: torch.Tensor | None = None  # with graphs, the learning rate the graphs read, on the device
+        if wanted(spec.cuda_graphs, device, self.width, self.world):
+            self.lr = torch.zeros((), dtype=torch.float32, device=device)
+            kernel.update(capturable=True)
+        self.optimizer = adam(params, lr=self.lr if self.lr is not None else 0.0, betas=spec.betas, eps=spec.eps,
+                              weight_decay=spec.weight_decay, **kernel)  # fmt: skip
         self.schedule = SCHEDULE.build(spec.schedule, d_model=d_model)
         self.autocast = autocast(device, placement.precision)
+        if self.lr is not None:
+            captured_amp = autocast(device, placement.precision, cache=False)  # no cast kept across captures
+            self.graphs = CapturedSteps(
+                device, lambda batch, total, apply: self._accumulate([batch], total, [1.0], captured_amp, apply)
+            )
         self.step, self.epoch, self.position = 0, 0, 0  # position: updates of this epoch already made
         self.epoch_updates = 0  # updates in the current epoch (fit sets it)
+        self.last_lr = 0.0  # the learning rate of the last update, on the host
         self.epoch_fraction = 0.0  # of the current epoch, done
         self.totals = Totals()
         self.flop_model: FlopModel | None = None  # set to count FLOPs (needed by a max_flops budget)
         self._since: float | None = None  # when fit last started counting train_seconds
         self._tenths = 0  # tenths of the budget validated at (see _validation_due)
         self.watch = Watch.of(spec.early_stopping) if spec.early_stopping is not None else None
-        self.width = spec.bucket_width(placement.precision)  # batches' bucket width, or None
 
     def branch(self, spec: TrainingSpec) -> Trainer:
         """This trainer under another spec (a wsd budget's cooldown branch, ablate.train.budgets): the same model,
@@ -347,25 +369,44 @@ class Trainer:
         Data-parallel, `batches` are this rank's shards, `total_tokens` the update's target tokens on
         all ranks and `weights` 0 for a stand-in shard. DDP averages gradients over ranks, hence `world`.
         """
-        lr = self.schedule(self.step + 1, self.progress())
+        lr = self.last_lr = self.schedule(self.step + 1, self.progress())
         self.step += 1
-        for group in self.optimizer.param_groups:
-            group["lr"] = lr
+        if self.lr is not None:
+            self.lr.fill_(lr)
+        else:
+            for group in self.optimizer.param_groups:
+                group["lr"] = lr
         total = total_tokens if total_tokens is not None else sum(b.tgt_tokens for b in batches)
         weights = weights or [1.0] * len(batches)
+        # captured: one batch an update, and Adam's state made by an eager update first
+        if self.graphs is not None and len(batches) == 1 and self.optimizer.state:
+            return self.graphs.update(batches[0], total) / total
+        return all_sum(self._accumulate(batches, total, weights, self.autocast)) / total
+
+    def _accumulate(self, batches: list[Batch], total: int | torch.Tensor, weights: Sequence[float], amp: Any,
+                    apply: bool = True) -> torch.Tensor:  # fmt: skip
+        """The work of one update: gradients accumulated over `batches`, clipped, and Adam's step (unless not
+        `apply`: a graph's warm-up); the summed loss, on the device. With CUDA graphs the gradients stay
+        allocated, zeroed in place at the start (a graph cannot allocate them), else they are set to None at the
+        end."""
+        if self.graphs is not None:
+            self.optimizer.zero_grad(set_to_none=False)
         loss_sum = torch.zeros((), device=self.device)
         for i, (batch, weight) in enumerate(zip(batches, weights, strict=True)):
             sync = self.world == 1 or i == len(batches) - 1  # gradients are all-reduced once an update
-            with nullcontext() if sync else self.forward.no_sync(), self.autocast:
+            with nullcontext() if sync else self.forward.no_sync(), amp:
                 loss = cross_entropy_sum(self.forward, batch.to(self.device), self.spec.label_smoothing,
                                          self.spec.cross_entropy)  # fmt: skip
             (loss / total * (weight * self.world)).backward()  # exactly loss / total in one process
             loss_sum += loss.detach() * weight
+        if not apply:
+            return loss_sum
         if self.spec.clip_norm is not None:
             torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.spec.clip_norm)
         self.optimizer.step()
-        self.optimizer.zero_grad(set_to_none=True)
-        return all_sum(loss_sum) / total
+        if self.graphs is None:
+            self.optimizer.zero_grad(set_to_none=True)
+        return loss_sum
 
     def train_step(self, batches: list[Batch], total_tokens: int | None = None,
                    weights: Sequence[float] | None = None) -> float:  # fmt: skip
@@ -488,8 +529,7 @@ class Trainer:
         pending.begin()
         loss = self.update(batches, n_tgt, [w for _, w in shards])
         epochs = self.epoch + self.position / len(updates)
-        lr = self.optimizer.param_groups[0]["lr"]
-        pending.add(Progress(self.step, self.epoch, math.nan, lr, 0.0, n_src, n_tgt), loss, epochs)
+        pending.add(Progress(self.step, self.epoch, math.nan, self.last_lr, 0.0, n_src, n_tgt), loss, epochs)
         totals = self.totals  # not held across steps: a budget branch's end restores the trunk's
         totals.src_tokens += n_src
         totals.tgt_tokens += n_tgt
@@ -578,6 +618,11 @@ class Trainer:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
+        if self.lr is not None:  # a checkpoint of an eager run resumed with graphs: Adam as graphs need it
+            for group in self.optimizer.param_groups:
+                group["lr"], group["capturable"] = self.lr, True
+            for param_state in self.optimizer.state.values():
+                param_state["step"] = param_state["step"].to(self.device)
         self.step, self.epoch, self.position = state["step"], state["epoch"], state["position"]
         self.epoch_fraction = state.get("epoch_fraction", 0.0)
         self.totals = Totals(**state.get("totals", {}))
