@@ -65,6 +65,12 @@ class CapturedSteps:
     def __len__(self) -> int:
         return len(self.graphs)
 
+    def forget(self) -> None:
+        """Drops every graph: they read and write the tensors they were captured with, and loading a state dict
+        gives Adam new ones (a resumed checkpoint, a budget's branch restored). The next steps capture anew."""
+        self.graphs.clear()
+        self.pool = None
+
     def update(self, batch: Batch, total: int) -> torch.Tensor:
         """One update on `batch` by replaying its shape's graph (capturing it the first time); its summed loss."""
         shape = (tuple(batch.src.shape), tuple(batch.tgt.shape))

@@ -618,6 +618,8 @@ class Trainer:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
+        if self.graphs is not None:
+            self.graphs.forget()
         if self.lr is not None:  # a checkpoint of an eager run resumed with graphs: Adam as graphs need it
             for group in self.optimizer.param_groups:
                 group["lr"], group["capturable"] = self.lr, True
