@@ -20,7 +20,9 @@ What a captured step needs, and what this module sees to:
   step's loss is copied out of the pool (`clone`) before the next replay can overwrite it.
 
 Dropout inside a graph draws from the default CUDA generator, which torch advances by the graph's draws at each
-replay. A shape outside those captured (no bucket width, several batches an update, several processes) trains
+replay, at the offsets an eager step's draws would have: on an H200 the converged recipe's baseline (bits16
+dropout 0.1) had the same validation loss with and without graphs at steps 500 and 1,000, to the 4 decimals
+logged. A shape outside those captured (no bucket width, several batches an update, several processes) trains
 eagerly. tests/test_graphs.py checks, on CUDA, that 50 captured steps have eager's losses within bf16 round-off.
 """
 
