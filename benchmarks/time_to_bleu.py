@@ -13,6 +13,9 @@ beside them). The CPU (model, ISA, bf16, threads), torch and precision are print
 experiments/base.yaml pins the kernels the committed evidence was trained with; this trains with ablate's
 defaults (benchmarks/defaults.py) unless `--pinned`.
 
+On a machine with a GPU the run trains there (`ablate run`'s device auto), its step as CUDA graphs once base.yaml's
+batches are bucketed (`--set training.shape_buckets=8`); `--set training.cuda_graphs=false` times the eager step.
+
 The levels are test BLEU, read off a run, not chosen on it: nothing here is tuned on the test set.
 """
 
