@@ -344,6 +344,9 @@ class SpeedRecord(Record):
     reached: bool = Field(description="every ratio's interval within the target (else the rounds or time ran out)")
     decode_split: str | None = None
     decode_sentences: int = 0
+    decode_rounds: int | None = Field(
+        None, description="timed rounds that decoded, the first ones (later rounds time updates alone); absent: all"
+    )
     decode_lengths: str = Field(
         "forced to the source's length",
         description="how long each decoded sentence is: weights that are not trained would decode to the length "

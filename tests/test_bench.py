@@ -77,11 +77,12 @@ def test_ratio_is_the_geometric_mean_of_paired_rounds_with_a_t_interval():
 
 def test_bench_times_every_run_side_by_side_and_writes_a_typed_record(tmp_path):
     done = cli("bench", "experiments/smoke.yaml", "--results", str(tmp_path), "--updates", "2", "--sentences", "8",
-               "--max-rounds", "3", "--threads", "1")  # fmt: skip
+               "--max-rounds", "3", "--threads", "1", "--decode-rounds", "2")  # fmt: skip
     assert done.returncode == 0, done.stderr
     (record,) = read_speeds(tmp_path / "smoke")
     assert record.experiment == "smoke" and record.device_type == "cpu" and record.threads == 1
     assert record.rounds == 3 and record.weights == "initial" and record.decode_sentences == 8
+    assert record.decode_rounds == 2  # the third round timed its updates alone
     assert record.decode_split == "test_2017_mscoco" and record.torch == torch.__version__
     base, pre_ln = record.runs
     assert (base.run, pre_ln.run) == ("baseline", "pre_ln") and base.ratio is None
@@ -97,6 +98,7 @@ def test_bench_times_every_run_side_by_side_and_writes_a_typed_record(tmp_path):
 
 def test_bench_refuses_bad_flags_and_missing_checkpoints_in_one_line(tmp_path):
     for flags, words in ((["--target", "2"], "--target"), (["--sentences", "-1"], "--sentences"),
+                         (["--decode-rounds", "-1"], "--decode-rounds"),
                          (["--weights", "trained"], "no run of smoke has a checkpoint")):  # fmt: skip
         done = cli("bench", "experiments/smoke.yaml", "--results", str(tmp_path), *flags)
         assert done.returncode == 2 and words in done.stderr and len(done.stderr.strip().splitlines()) == 1
@@ -153,3 +155,33 @@ def test_a_learning_rate_sweep_is_benched_once_a_run(tmp_path, write):
     (record,) = read_speeds(tmp_path / "swept")
     assert [r.run for r in record.runs] == ["baseline", "pre_ln"] and record.decode_sentences == 0
     assert all(r.beam_sentences_per_s is None for r in record.runs)
+
+
+def test_a_round_decodes_only_when_told_and_times_every_update_in_turn():
+    """bench's later rounds (past --decode-rounds) time updates alone; updates interleave A1, B1, A2, B2."""
+    from types import SimpleNamespace
+
+    from ablate.sweep.bench import one_round
+
+    calls = []
+
+    def subject(name):
+        evaluation = SimpleNamespace(beam_size=4)
+        return SimpleNamespace(
+            batches=[[], []],
+            sources=["x"],
+            tokens=(10, 10),
+            run=SimpleNamespace(spec=SimpleNamespace(evaluation=evaluation)),
+            update=lambda i: calls.append((name, "update", i)) or 0.5,
+            decode=lambda beam: calls.append((name, "decode", beam)) or 7.0,
+        )
+
+    a, b = subject("a"), subject("b")
+    samples = one_round([a, b], decode=False)
+    assert calls == [("a", "update", 0), ("b", "update", 0), ("a", "update", 1), ("b", "update", 1)]
+    assert all(s.greedy_per_s is None and s.beam_per_s is None and s.tokens_per_s == 20.0 for s in samples)
+    calls.clear()
+    samples = one_round([a, b], decode=True)
+    assert [c for c in calls if c[1] == "decode"] == [("a", "decode", 1), ("b", "decode", 1), ("a", "decode", 4),
+                                                      ("b", "decode", 4)]  # fmt: skip
+    assert all(s.greedy_per_s == 7.0 and s.beam_per_s == 7.0 for s in samples)
