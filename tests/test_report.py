@@ -348,3 +348,28 @@ def test_delta_bleu_is_the_difference_of_the_means_rounded_once(tmp_path):
     assert rows.loc["heads=2", "BLEU"] == 38.30 and rows.loc["baseline", "BLEU"] == 38.55
     assert rows.loc["heads=2", "ΔBLEU"] == -0.26
     assert str(rows.loc["same", "ΔBLEU"]) == "0.0"  # not -0.0
+
+
+def test_a_terminal_table_cuts_no_word_and_crops_no_column_where_the_longest_words_fit():
+    """differs wraps at its spaces and keeps `norm_placement=pre_ln,` whole; numbers stay on a line where there is
+    room; every column is printed in TERMINAL_WIDTH; only where even the longest words do not fit does rich fold."""
+    import io
+
+    import pandas as pd
+    from rich.console import Console
+
+    from ablate.report.tables import column_widths, print_table
+
+    differs = "norm_placement=pre_ln, positions=learned_absolute, d_k=16"
+    row = {"run": "variant", "differs": differs, "BLEU": 38.5, "BLEU std": 0.2, "n": 3, "ΔBLEU": -0.5,
+           "ΔBLEU lo": -1.2, "ΔBLEU hi": 0.3, "verdict": "undecided", "valid loss": 1.7, "train tok/s": 2000.0,
+           "tok/s vs baseline": 0.95, "peak MiB": 700.0, "status": "completed"}  # fmt: skip
+    out = io.StringIO()
+    print_table(Console(file=out, width=120), "t", pd.DataFrame([row]), [], compact=True)
+    text = out.getvalue()
+    assert max(len(line) for line in text.splitlines()) <= 120
+    for word in [*differs.split(), "verdict", "MiB", "700.0", "2,000", "undecided"]:
+        assert word in text, word  # whole: not folded across lines, not cropped at the edge
+    assert column_widths(["a", "b"], [["12345 67", "x y"]], [False, True], 9) == [8, 1]  # the number on one line
+    assert column_widths(["a", "b"], [["12345 67", "long words"]], [False, True], 11) == [6, 5]
+    assert column_widths(["a", "b"], [["12345 67", "long words"]], [False, True], 9) is None  # rich folds then

@@ -155,6 +155,27 @@ TERMINAL = ["run", "differs", "BLEU", "BLEU std", "n", "ΔBLEU", "ΔBLEU lo", "�
 TERMINAL_WIDTH = 120
 
 
+def column_widths(columns: Sequence[str], rows: Sequence[Sequence[str]], free: Sequence[bool], room: int
+                  ) -> list[int] | None:  # fmt: skip
+    """Each column's width in `room` characters (padding left out): every column no narrower than its longest word,
+    so that no word is cut; then the numbers on one line, the narrowest first; then the free text (`free`, which
+    wraps at its spaces) as wide as its longest line; what is left, nowhere. None when the longest words alone do
+    not fit: then rich folds words."""
+    cells = [[column, *(row[i] for row in rows)] for i, column in enumerate(columns)]
+    words = [max(len(word) for text in texts for word in text.split() or [""]) for texts in cells]
+    lines = [max(len(text) for text in texts) for texts in cells]
+    widths = list(words)
+    left = room - sum(widths)
+    if left < 0:
+        return None
+    fixed = sorted((lines[i] - widths[i], i) for i in range(len(columns)) if not free[i])
+    for need, i in [*fixed, *((lines[i] - widths[i], i) for i in range(len(columns)) if free[i])]:
+        grow = min(need, left)
+        widths[i] += grow
+        left -= grow
+    return widths
+
+
 def print_table(console, title: str, frame: pd.DataFrame, notes: list[str], compact: bool = False) -> None:
     """The table on a terminal (rich), its notes under it; brackets such as `[lo, hi]` are text, not markup.
 
@@ -169,11 +190,13 @@ def print_table(console, title: str, frame: pd.DataFrame, notes: list[str], comp
         hidden.append("status")  # room for the rest in TERMINAL_WIDTH; the note says every run completed
     columns, rows = display(frame, hidden)
     table = Table(title=escape(title), title_justify="left", box=box.SIMPLE_HEAD if compact else box.HEAVY_HEAD)
-    for i, column in enumerate(columns):  # a cell wraps at its spaces; no narrower than its longest word, but the
-        longest = max(len(word) for text in [column, *(row[i] for row in rows)] for word in text.split() or [""])
-        free = column in ("differs", "note")  # free text, which folds a word too long for the width left
-        table.add_column(escape(column), justify="left" if column in TEXT_COLUMNS else "right", overflow="fold",
-                         min_width=None if free else longest)  # fmt: skip
+    for column in columns:
+        table.add_column(escape(column), justify="left" if column in TEXT_COLUMNS else "right", overflow="fold")
+    width = min(console.width, TERMINAL_WIDTH) if compact else console.width
+    padding = table._extra_width + sum(table.padding[1] + table.padding[3] for _ in columns)  # edges, rules, pads
+    widths = column_widths(columns, rows, [c in ("differs", "note") for c in columns], width - padding)
+    for column, column_width in zip(table.columns, widths or [], strict=False):
+        column.width = column_width  # else rich's own layout, which folds words where the longest do not fit
     for row in rows:
         table.add_row(*map(escape, row))
     console.print(table, width=min(console.width, TERMINAL_WIDTH) if compact else None)
