@@ -182,4 +182,35 @@ def test_deferred_loss_reads_train_log_and_stop_as_reading_every_step(device, mo
     eager, *_, diverged = fit_logged(1, device, max_steps=40, **blown)[:3]
     deferred, *_, diverged_too = fit_logged(100, device, max_steps=40, **blown)[:3]
     assert diverged.status == "diverged" and diverged_too == diverged and deferred == eager
-    assert trainer(device).sync_every(False) == (1 if device == "cpu" else 25)
+    assert trainer(device).sync_every() == (1 if device == "cpu" else 25)
+
+
+def test_a_hook_that_settles_sees_every_step_logged_and_a_pending_divergence_ends_the_run():
+    """A budget point's hook (before_update) with reads deferred: it settles first, so what it saves and scores
+    comes after every step is logged; a step that diverged while pending ends the run, diverged at that step, and
+    the hook does nothing more."""
+    t = trainer(max_tokens=80, sync_every=100, max_steps=23)
+    logged, seen = [], []
+
+    def look():
+        if t.step in (7, 15):
+            assert not t.settle()
+            seen.append((t.step, len(logged)))
+        return False
+
+    outcome = t.fit(examples(300), logged.append, before_update=look)
+    assert outcome.status == "completed" and len(logged) == 23 and seen == [(7, 7), (15, 15)]
+
+    blown = {"max_tokens": 80, "max_steps": 40, "schedule": {"name": "constant", "lr": 0.3}, "diverge_loss": 8.0}
+    eager = trainer(sync_every=1, **blown).fit(examples(300))  # 8.9 at step 4
+    t = trainer(sync_every=100, **blown)
+    acted = []
+
+    def every_other():
+        if t.step and t.step % 2 == 0 and not t.settle():
+            acted.append(t.step)
+        return False
+
+    outcome = t.fit(examples(300), before_update=every_other)
+    assert eager.status == "diverged" and outcome == eager
+    assert acted and max(acted) < outcome.steps and outcome.steps > 2  # it looked, then met the divergence

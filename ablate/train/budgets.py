@@ -80,6 +80,8 @@ class BudgetPoints:
 
         def before_update() -> bool:
             for b in self.due(trainer):
+                if trainer.settle():  # every step before the point logged (and checked) before it is saved
+                    return False
                 with trainer.aside():
                     if trainer.schedule.cooldown is None:
                         self.at_trunk(b, trainer, save, evaluate)

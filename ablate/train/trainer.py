@@ -125,7 +125,8 @@ class TrainingSpec(Section):
         description="read the training loss back from the device every N steps, the one wait for the device a step "
         "has: the losses of the steps between are kept on the device, then logged and checked for divergence "
         "together, each at its own step; the run trains the same. auto: every step on a CPU; on CUDA every "
-        f"{DEFERRED_STEPS}, but every step with max_seconds, budget points or several processes",
+        f"{DEFERRED_STEPS} (read before each validation, checkpoint and budget point), but every step with "
+        "max_seconds or several processes",
         json_schema_extra=BOOKKEEPING,  # the same updates and losses (tests/test_training.py)
     )
     cuda_graphs: bool | Literal["auto"] = Field(
@@ -337,6 +338,8 @@ class Trainer:
         self.step, self.epoch, self.position = 0, 0, 0  # position: updates of this epoch already made
         self.epoch_updates = 0  # updates in the current epoch (fit sets it)
         self.last_lr = 0.0  # the learning rate of the last update, on the host
+        self._pending: Pending | None = None  # fit's steps whose loss is still on the device
+        self._diverged: Outcome | None = None  # what settle read, when a pending step had diverged
         self.epoch_fraction = 0.0  # of the current epoch, done
         self.totals = Totals()
         self.flop_model: FlopModel | None = None  # set to count FLOPs (needed by a max_flops budget)
@@ -413,14 +416,23 @@ class Trainer:
         """One optimizer update (`update`), its loss a target token read back: it waits for the device."""
         return self.update(batches, total_tokens, weights).item()
 
-    def sync_every(self, has_hook: bool) -> int:
+    def sync_every(self) -> int:
         """Steps between reads of the loss (training.sync_every): `auto` defers them on CUDA alone, and not where a
-        budget point's hook, a limit in seconds or several processes need every step's state on the host."""
+        limit in seconds or several processes need every step's state on the host. A budget point's hook reads the
+        pending steps itself before it looks (`settle`)."""
         every = self.spec.sync_every
         if every != "auto":
             return every
-        eager = self.device.type != "cuda" or has_hook or self.spec.max_seconds is not None or self.world > 1
+        eager = self.device.type != "cuda" or self.spec.max_seconds is not None or self.world > 1
         return 1 if eager else DEFERRED_STEPS
+
+    def settle(self) -> bool:
+        """Reads the steps whose loss is still on the device, as a validation or a checkpoint does before it looks:
+        a budget point's hook calls it before it saves, evaluates or forks the run. True when one of them diverged:
+        the hook then does nothing, and fit ends the run as diverged."""
+        if self._pending is not None and self._diverged is None:
+            self._diverged = self._pending.read(self.totals, False)
+        return self._diverged is not None
 
     def used(self) -> dict[str, float]:
         """How much of each budget of the spec (TrainingSpec.budgets) the run has used."""
@@ -470,10 +482,15 @@ class Trainer:
         self.epoch_updates = len(updates)
         if self.watch is not None and self.watch.exhausted:  # resumed from the checkpoint where it stopped
             return self._stopped_early(self.epoch + self.epoch_fraction)
-        every = self.sync_every(before_update is not None)
-        pending = Pending(on_step, spec.diverge_loss)  # steps whose loss is still on the device
+        every = self.sync_every()
+        pending = self._pending = Pending(on_step, spec.diverge_loss)  # steps whose loss is still on the device
+        self._diverged = None
         while not self.done():
-            if before_update is not None and before_update():
+            stopped = before_update is not None and before_update()
+            if self._diverged is not None:  # read by the hook (settle)
+                self._count_time()
+                return self._diverged
+            if stopped:
                 self._count_time()
                 return Outcome(Status.INTERRUPTED, self.step, self.epoch + self.epoch_fraction,
                                f"stopped at step {self.step}")  # fmt: skip
