@@ -35,6 +35,8 @@ def test_auto_captures_on_cuda_alone_with_buckets_and_never_on_a_cpu():
     assert not wanted(False, CUDA, 8, 1) and wanted(True, CUDA, None, 1)
     with pytest.raises(ValueError, match="needs a CUDA device"):
         wanted(True, CPU, 8, 1)
+    with pytest.raises(ValueError, match="one process"):
+        wanted(True, CUDA, 8, 2)
 
 
 def test_a_cpu_trainer_is_the_eager_one_and_the_key_does_not_change_a_runs_hash():

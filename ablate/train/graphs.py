@@ -120,4 +120,6 @@ def wanted(setting: bool | str, device: torch.device, width: int | None, world: 
         return device.type == "cuda" and width is not None and world == 1
     if setting and device.type != "cuda":
         raise ValueError("training.cuda_graphs: true needs a CUDA device")
+    if setting and world > 1:
+        raise ValueError("training.cuda_graphs: true trains in one process (DDP's all-reduce is not captured)")
     return bool(setting)
