@@ -1,6 +1,8 @@
 """--runs-per-gpu auto: the probe's climb stops where doubling stops paying or the GPU's memory ends, and its
 copies train the run side by side."""
 
+import pytest
+
 from ablate.sweep.packing import GAIN, MEMORY_SHARE, Level, best, climb, probe
 from tests.conftest import ROOT
 
@@ -42,3 +44,10 @@ def test_a_probe_trains_its_copies_side_by_side_and_sums_their_rates():
     """The mechanics on the CPU (the GPU's memory is then each copy's reserved bytes, none)."""
     level = probe(str(ROOT / "experiments" / "smoke.yaml"), [], "baseline", 2, 0, "cpu", 1.0)
     assert level.runs == 2 and level.steps_per_s > 0
+
+
+def test_a_copy_that_fails_gets_one_line_naming_why(tmp_path):
+    from ablate.errors import UserError
+
+    with pytest.raises(UserError, match=r"a probe of nope failed: .*smoke\.yaml: no run 'nope'"):
+        probe(str(ROOT / "experiments" / "smoke.yaml"), [], "nope", 1, 0, "cpu", 1.0)

@@ -106,15 +106,18 @@ def probe(file: str, overrides: Sequence[str], run: str, runs: int, gpu: int, de
         command = [sys.executable, "-m", "ablate.sweep.packing", file, run, "--go", str(go), "--device", device,
                    "--seconds", str(seconds)]  # fmt: skip
         command += [arg for o in overrides for arg in ("--set", o)]
-        procs = [subprocess.Popen([*command, "--out", str(out)], env=env, stderr=subprocess.PIPE, text=True)
-                 for out in outs]  # fmt: skip
+        logs = [out.with_suffix(".log").open("w") for out in outs]  # a pipe could fill and stall a copy
+        procs = [subprocess.Popen([*command, "--out", str(out)], env=env, stdout=log, stderr=subprocess.STDOUT)
+                 for out, log in zip(outs, logs, strict=True)]  # fmt: skip
         try:
             deadline = time.monotonic() + READY_TIMEOUT
             while not all(out.exists() for out in outs):
-                failed = next((p for p in procs if p.poll() not in (None, 0)), None)
+                failed = next((i for i, p in enumerate(procs) if p.poll() not in (None, 0)), None)
                 if failed is not None or time.monotonic() > deadline:
-                    why = failed.stderr.read().strip().splitlines()[-1:] if failed and failed.stderr else ["timed out"]
-                    raise UserError(f"--runs-per-gpu auto: a probe of {run} failed: {' '.join(why)}")
+                    log = outs[failed].with_suffix(".log") if failed is not None else None
+                    lines = log.read_text().strip().splitlines() if log is not None else []
+                    why = lines[-1] if lines else "not ready in time"
+                    raise UserError(f"--runs-per-gpu auto: a probe of {run} failed: {why}")
                 time.sleep(0.2)
             ready = gpu_memory(gpu)
             go.touch()
@@ -124,6 +127,8 @@ def probe(file: str, overrides: Sequence[str], run: str, runs: int, gpu: int, de
             for p in procs:
                 if p.poll() is None:
                     p.kill()
+            for log in logs:
+                log.close()
         results = [json.loads(out.read_text()) for out in outs]
     if any("steps" not in r for r in results):
         raise UserError(f"--runs-per-gpu auto: a probe of {run} ended before it was timed")
@@ -187,7 +192,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     from ablate.sweep.experiment import load_experiment
 
     experiment = load_experiment(args.file, args.overrides)
-    run = next(r for r in experiment.runs if r.name == args.run)
+    run = next((r for r in experiment.runs if r.name == args.run), None)
+    if run is None:
+        print(f"{args.file}: no run {args.run!r}", file=sys.stderr)
+        return 2
     device = torch.device("cuda", 0) if args.device == "cuda" else torch.device("cpu")
     cuda = device.type == "cuda"
     if cuda:
