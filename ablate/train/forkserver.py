@@ -35,6 +35,7 @@ import select
 import signal
 import subprocess
 import sys
+import time
 import traceback
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -220,7 +221,7 @@ def fork_here() -> None:
     import ablate.train.pipeline
     import ablate.train.spec  # noqa: F401
 
-    if len(os.listdir("/proc/self/task")) != 1 or _open_files():
+    if not _one_thread() or _open_files():
         return
     server = ForkServer()
     requests_r, server.requests = os.pipe()
@@ -256,6 +257,24 @@ def close_unused() -> None:
     if _forked_here is not None:
         _forked_here.close()
         _forked_here = None
+
+
+LINGER = 0.1  # seconds a thread Python has joined may take to leave /proc/self/task
+
+
+def _one_thread() -> bool:
+    """This process runs one thread. A thread that Python has joined can stay in /proc/self/task a moment while the
+    OS ends it (a fork then was refused now and then under load), so a second task is waited for, up to LINGER,
+    when Python itself runs no other thread; a pool that Python does not see (OpenMP, OpenBLAS) stays and costs
+    that wait."""
+    import threading
+
+    deadline = time.monotonic() + LINGER
+    while len(os.listdir("/proc/self/task")) != 1:
+        if threading.active_count() > 1 or time.monotonic() >= deadline:
+            return False
+        time.sleep(0.005)
+    return True
 
 
 def _open_files() -> list[int]:
