@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ablate.errors import UserError
+from ablate.sweep.devices import visible_devices
 
 GAIN = 1.10  # the next doubling must add 10% to the summed steps a second
 MEMORY_SHARE = 0.9  # of the GPU's memory the runs may hold together
@@ -141,9 +142,8 @@ def probe(file: str, overrides: Sequence[str], run: str, runs: int, gpu: int, de
 
 
 def visible(gpu: int) -> str:
-    outer = os.environ.get("CUDA_VISIBLE_DEVICES")
-    entries = [e.strip() for e in outer.split(",")] if outer else []
-    return entries[gpu] if gpu < len(entries) else str(gpu)
+    """The GPU as CUDA_VISIBLE_DEVICES and nvidia-smi name it (ablate.sweep.devices.visible_devices)."""
+    return visible_devices([gpu], os.environ.get("CUDA_VISIBLE_DEVICES"))
 
 
 def gpu_memory(gpu: int) -> tuple[float, float] | None:
