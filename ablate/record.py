@@ -10,7 +10,7 @@ reused has none; the committed results under results/ all load (tests/test_recor
 from __future__ import annotations
 
 from enum import Enum
-from typing import Any
+from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -49,6 +49,7 @@ class StoppedBy(str, Enum):
 FINISHED = (Status.COMPLETED, Status.DIVERGED)  # results that stand: never trained again, and reusable
 
 Number = int | float  # kept as written: a budget of 2000 steps stays 2000, not 2000.0
+R = TypeVar("R", bound="Record")
 
 
 class Record(BaseModel):
@@ -59,6 +60,40 @@ class Record(BaseModel):
     def dump(self) -> dict[str, Any]:
         """The record as JSON data: the fields it was given (an explicit None too), none it was not."""
         return self.model_dump(mode="json", exclude_unset=True)
+
+    @classmethod
+    def of(cls: type[R], *pieces: Record, **fields: Any) -> R:
+        """The record made of `pieces` (the fields each was given) and `fields`, validated; a later one wins. A field
+        this record does not declare is an error, as when one is read."""
+        merged: dict[str, Any] = {}
+        for piece in pieces:
+            merged |= {name: getattr(piece, name) for name in piece.model_fields_set}
+        return cls.model_validate(merged | fields)
+
+
+class Step(Record):
+    """One update: a line of metrics.jsonl (a cooldown branch's has no epoch and no token counts)."""
+
+    step: int
+    epoch: int | None = None
+    loss: float
+    lr: float
+    step_ms: float
+    src_tokens: int | None = None
+    tgt_tokens: int | None = None
+    wall_s: float = Field(description="seconds since the job first started, across restarts")
+
+
+class Validation(Record):
+    """A validation of the model at `step`: a line of metrics.jsonl (ablate.train.evaluation.validate), and what
+    early stopping watches."""
+
+    step: int
+    valid_loss: float
+    valid_ppl: float | None = None
+    valid_bleu: float | None = Field(None, description="greedy BLEU on the first validation pairs, when any")
+    averaged: int | None = Field(None, description="the checkpoints averaged into the model validated, at the end")
+    wall_s: float | None = Field(None, description="seconds since the job first started, when it was logged")
 
 
 class BucketScore(Record):
@@ -100,16 +135,18 @@ class EarlyStop(Record):
 
 
 class Cost(Record):
-    """What training cost (ablate.train.flops.cost): fields of result.json, built as one piece by the worker."""
+    """What training cost (ablate.train.flops.cost)."""
 
-    train_flops: float = Field(description="forward and backward FLOPs of every update (torch's FlopCounterMode)")
-    gflop_per_target_token: float
-    train_tflops_per_s: float = Field(description="train_flops over the seconds of optimizer steps")
-    peak_tflops: float = Field(description="the device's peak in the run's precision")
-    peak_source: str = Field(description="spec (training.peak_tflops) or measured (a timed matmul)")
-    mfu: float
-    budget: dict[str, Number] = Field(description="the run's length limits: max_steps, ...")
-    train_target_tokens: int
+    train_flops: float | None = Field(
+        None, description="forward and backward FLOPs of every update (torch's FlopCounterMode)"
+    )
+    gflop_per_target_token: float | None = None
+    train_tflops_per_s: float | None = Field(None, description="train_flops over the seconds of optimizer steps")
+    peak_tflops: float | None = Field(None, description="the device's peak in the run's precision")
+    peak_source: str | None = Field(None, description="spec (training.peak_tflops) or measured (a timed matmul)")
+    mfu: float | None = None
+    budget: dict[str, Number] | None = Field(None, description="the run's length limits: max_steps, ...")
+    train_target_tokens: int | None = None
 
 
 class Evaluation(Record):
@@ -147,10 +184,9 @@ POINT_FIELDS = ("status", "epochs", "scores", "valid_loss", "valid_ppl", "averag
                 "decode_sentences_per_s", "train_target_tokens", "train_flops", "error")  # fmt: skip
 
 
-class RunResult(Evaluation):
-    """result.json: one job's identity, where it ran, what training cost, and its scores."""
+class Identity(Record):
+    """Who a job is (ablate.train.job.Job.identity): the first fields of every result of it."""
 
-    # who it is (ablate.train.job.Job.record)
     experiment: str | None = None
     run: str
     seed: int
@@ -159,14 +195,22 @@ class RunResult(Evaluation):
     config_hash: str | None = None
     arm: str | None = Field(None, description="the run before a learning-rate sweep multiplied it")
     lr: float | None = Field(None, description="the swept peak learning rate, in a learning-rate sweep")
-    # how it ended
+
+
+class Ending(Record):
+    """How a job ended, or where it stands (the worker's, or a launcher's when the worker left no result)."""
+
     status: Status
     error: str | None = None
     traceback: str | None = None
     log: str | None = Field(None, description="the end of worker.log, for a worker that died without a result")
+
+
+class Origin(Record):
+    """Where and how the job's process ran (ablate.train.worker), and where a reused result came from."""
+
     note: str | None = None
     reused_from: str | None = Field(None, description="the job directory that trained this spec and seed")
-    # where it ran
     torch: str | None = None
     python: str | None = None
     host: str | None = None
@@ -177,9 +221,6 @@ class RunResult(Evaluation):
     )
     started_at: str | None = None
     ended_at: str | None = None
-    device: str | None = None
-    gpus: int | None = None
-    processes: int | None = None
     gpu_ids: list[int] | None = None
     visible_gpus: str | None = None
     runs_per_gpu: int | None = Field(
@@ -189,46 +230,63 @@ class RunResult(Evaluation):
     )
     slurm_job: str | None = None
     slurm_restarts: int | None = None
-    threads: int | None = None
-    cpu_ids: list[int] | None = None
-    core_share: float | None = Field(None, description="the share of its cores the run had to itself")
+
+
+class Setup(Record):
+    """The job as prepared (ablate.train.pipeline): its device, its model and its data."""
+
+    device: str | None = None
+    gpus: int | None = None
+    processes: int | None = None
     precision: str | None = Field(None, description="what it trained in: fp32 or bf16 (`auto` resolved)")
-    # the model and the data
     params: int | None = None
     src_vocab: int | None = None
     tgt_vocab: int | None = None
     train_pairs: int | None = None
     init_valid_loss: float | None = None
     resumed_from_step: int | None = None
-    # training
+
+
+class Training(Record):
+    """How training went (ablate.train.pipeline, from the trainer's Outcome and totals): its length, its speed and
+    the cores it had, and what ended it."""
+
     steps: int | None = None
     epochs: float | None = None
     train_seconds: float | None = None
     train_src_tokens_per_s: float | None = None
     train_tgt_tokens_per_s: float | None = None
     step_ms: float | None = None
+    threads: int | None = None
+    cpu_ids: list[int] | None = None
+    core_share: float | None = Field(None, description="the share of its cores the run had to itself")
     cuda_graphs: int | None = Field(
         None, description="batch shapes trained as CUDA graphs (training.cuda_graphs); absent: every step eager"
     )
     diagnostics_seconds: float | None = None
-    # what training cost (ablate.train.flops)
-    train_flops: float | None = None
-    gflop_per_target_token: float | None = None
-    train_tflops_per_s: float | None = None
-    peak_tflops: float | None = None
-    peak_source: str | None = None
-    mfu: float | None = None
-    budget: dict[str, Number] | None = Field(None, description="the run's length limits: max_steps, ...")
     stopped_by: StoppedBy | None = Field(None, description="the budget limit reached first, or early stopping")
     early_stopping: EarlyStop | None = Field(None, description="training.early_stopping's view of the run")
-    train_target_tokens: int | None = None
-    # budget points (evaluation.budgets), the run's end last
+
+
+class Points(Record):
+    """Budget points (evaluation.budgets, ablate.train.budgets): each point's record, the run's end last, and what the
+    cooldown branches cost."""
+
     budget_points: list[BudgetPoint] | None = None
     branch_steps: int | None = None
     branch_seconds: float | None = None
-    # the whole job
+
+
+class Footprint(Record):
+    """What the whole job took: its peak memory and its wall time, across restarts."""
+
     peak_memory_mib: float | None = None
     wall_seconds: float | None = None
+
+
+class RunResult(Footprint, Points, Evaluation, Cost, Training, Setup, Origin, Ending, Identity):
+    """result.json: one job's identity, how it ended, where it ran, what training cost, and its scores; each field
+    declared once, in the piece that writes it."""
 
     @property
     def ok(self) -> bool:

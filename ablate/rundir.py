@@ -47,7 +47,7 @@ from pydantic import BaseModel, ValidationError
 
 from ablate.errors import SpecError
 from ablate.files import read_json, write_json, write_text
-from ablate.record import BudgetPoint, DesignRecord, RunResult, SpeedRecord
+from ablate.record import BudgetPoint, DesignRecord, Identity, RunResult, SpeedRecord, Validation
 
 R = TypeVar("R", bound=BaseModel)
 
@@ -227,6 +227,18 @@ def read_diagnostics(directory: Path) -> list[dict[str, Any]]:
     return []
 
 
+def read_validations(directory: Path) -> list[Validation]:
+    """metrics.jsonl's validations (its records with a valid loss), in the order they were logged."""
+    fields = Validation.model_fields
+    return [Validation.model_validate({key: value for key, value in record.items() if key in fields})
+            for record in read_metrics(directory) if "valid_loss" in record]  # fmt: skip
+
+
+def diagnostics_seconds(directory: Path) -> float:
+    """What measuring the diagnostics took, over every record of diagnostics.jsonl."""
+    return sum(record.get("seconds", 0.0) for record in read_diagnostics(directory))
+
+
 def append_metrics(directory: Path, record: dict[str, Any], name: str = METRICS) -> None:
     """Appends one record to metrics.jsonl (or, with `name`, to diagnostics.jsonl)."""
     with (directory / name).open("a", encoding="utf-8") as f:
@@ -346,8 +358,8 @@ def finished_jobs(results: Path) -> dict[str, Path]:
     return found
 
 
-def reuse(source: Path, target: Path, record: dict[str, Any], results: Path) -> RunResult:
-    """Copies a finished job's result, hypotheses, metrics and diagnostics into `target`, relabelled with `record`.
+def reuse(source: Path, target: Path, identity: Identity, results: Path) -> RunResult:
+    """Copies a finished job's result, hypotheses, metrics and diagnostics into `target`, relabelled as `identity`.
 
     `target` holds its own job.json and config.yaml already; result.json is written last, so a copy
     cut short is not taken for a result.
@@ -361,8 +373,12 @@ def reuse(source: Path, target: Path, record: dict[str, Any], results: Path) -> 
         if (source / name).is_file():
             shutil.copyfile(source / name, target / name)
     where = str(source.relative_to(results)) if source.is_relative_to(results) else str(source)
-    fields = record | {"reused_from": where, "note": f"reused: the same spec and seed trained as {where}"}
-    result = RunResult.model_validate(_read_record(source / RESULT, RunResult).model_dump(exclude_unset=True) | fields)
+    result = RunResult.of(
+        _read_record(source / RESULT, RunResult),
+        identity,
+        reused_from=where,
+        note=f"reused: the same spec and seed trained as {where}",
+    )
     write_result(target, result)
     return result
 

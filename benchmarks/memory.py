@@ -134,10 +134,10 @@ def main() -> None:
         prepare = pipeline.Pipeline.prepare
 
         def fewer(self):
-            fields = prepare(self)
+            setup = prepare(self)
             tests = {name: pairs[: args.sentences] for name, pairs in self.data.tests.items()}
             self.data = dataclasses.replace(self.data, tests=tests)
-            return fields
+            return setup
 
         pipeline.Pipeline.prepare = fewer
     every = max(args.steps // 5, 1)  # five checkpoints to average, as the base recipe averages five
@@ -151,18 +151,21 @@ def main() -> None:
         job.save()
         sampler.phase = "start-up"
         placement = Placement.of("cpu", 0, job.spec["training"]["precision"], args.threads)
-        result = train_and_evaluate(job, placement, lambda: False)
+        measured = train_and_evaluate(job, placement, lambda: False)
     sampler.done = True
     sampler.join()
-    print(f"{result['device']}, torch {torch.__version__}, {result['precision']}; base recipe, {args.steps} steps, "
-          f"{result['params']:,} parameters")  # fmt: skip
+    setup = measured.setup
+    assert setup is not None, measured.ending
+    print(f"{setup.device}, torch {torch.__version__}, {setup.precision}; base recipe, {args.steps} steps, "
+          f"{setup.params:,} parameters")  # fmt: skip
     print(f"{'phase':<28} {'RSS at its start':>17} {'peak RSS':>9} {'added':>6}  (MiB)")
     for phase in ["start-up", *dict.fromkeys(p for _, _, p in PHASES), "training steps", "after decoding"]:
         if phase in sampler.peaks:
             start = sampler.entered.get(phase, sampler.peaks["start-up"])
             peak = sampler.peaks[phase]
             print(f"{phase:<28} {start:>17.0f} {peak:>9.0f} {peak - start:>+6.0f}")
-    print(f"the run's peak MiB (VmHWM since the model was built, as result.json): {result['peak_memory_mib']:.0f}")
+    peak = measured.footprint.peak_memory_mib
+    print(f"the run's peak MiB (VmHWM since the model was built, as result.json): {peak:.0f}")
 
 
 if __name__ == "__main__":

@@ -58,9 +58,9 @@ def test_lowercase_bleu_keeps_the_standard_cased_bleu_beside_it():
     hyps = ["ein mann fährt Fahrrad .", "Zwei hunde spielen im schnee ."]
     refs = ["Ein Mann fährt Fahrrad .", "Zwei Hunde spielen im Schnee ."]
     data = SimpleNamespace(tests={"t": [("a b", r) for r in refs]})
-    scores = score_tests(data, {"t": Translation(hyps, 1.0)}, EvaluationSpec(lowercase=True))["scores"]["t"]
-    assert scores["bleu"] == round(BLEU(lowercase=True).corpus_score(hyps, [refs]).score, 2) == 100.0
-    assert scores["cased_bleu"] == round(BLEU().corpus_score(hyps, [refs]).score, 2) < 100
-    assert "case:lc" in scores["bleu_signature"] and "case:mixed" in scores["cased_bleu_signature"]
-    standard = score_tests(data, {"t": Translation(hyps, 1.0)}, EvaluationSpec())["scores"]["t"]
-    assert "cased_bleu" not in standard and standard["bleu"] == scores["cased_bleu"]
+    scores = score_tests(data, {"t": Translation(hyps, 1.0)}, EvaluationSpec(lowercase=True)).scores["t"]
+    assert scores.bleu == round(BLEU(lowercase=True).corpus_score(hyps, [refs]).score, 2) == 100.0
+    assert scores.cased_bleu == round(BLEU().corpus_score(hyps, [refs]).score, 2) < 100
+    assert "case:lc" in scores.bleu_signature and "case:mixed" in scores.cased_bleu_signature
+    standard = score_tests(data, {"t": Translation(hyps, 1.0)}, EvaluationSpec()).scores["t"]
+    assert "cased_bleu" not in standard.dump() and standard.bleu == scores.cased_bleu

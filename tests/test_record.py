@@ -9,7 +9,18 @@ import pytest
 
 from ablate.config import hash_marks
 from ablate.errors import SpecError
-from ablate.record import BudgetPoint, RunResult, Status, resolved_precision
+from ablate.record import (
+    BudgetPoint,
+    Ending,
+    Evaluation,
+    Footprint,
+    Identity,
+    RunResult,
+    Setup,
+    Status,
+    Validation,
+    resolved_precision,
+)
 from ablate.rundir import (
     ADDED,
     BOOKKEEPING,
@@ -150,3 +161,52 @@ def test_auto_precision_reads_as_what_the_run_measured():
     assert resolved_precision("auto", "bf16") == "bf16"
     assert resolved_precision("auto", None) == "auto"  # not measured: nothing to resolve it to
     assert resolved_precision("fp32", "bf16") == "fp32"  # pinned is pinned
+
+
+def test_a_record_made_of_pieces_takes_what_each_was_given_and_refuses_a_stray_field():
+    who = Identity(run="baseline", seed=3, config_hash="abc")
+    setup = Setup(params=1_000, device="cpu")
+    result = RunResult.of(who, Ending(status=Status.COMPLETED), setup, Footprint(wall_seconds=1.5),
+                          Footprint(peak_memory_mib=9.0))  # fmt: skip
+    assert result.dump() == {"run": "baseline", "seed": 3, "config_hash": "abc", "status": "completed",
+                             "params": 1_000, "device": "cpu", "wall_seconds": 1.5, "peak_memory_mib": 9.0}  # fmt: skip
+    later = RunResult.of(result, Footprint(wall_seconds=2.0), note="again")
+    assert (later.wall_seconds, later.peak_memory_mib, later.note) == (2.0, 9.0, "again")  # a later piece wins
+    with pytest.raises(ValueError, match="averaged"):
+        RunResult.of(who, Ending(status=Status.COMPLETED), Validation(step=1, valid_loss=2.0, averaged=5))
+    point = BudgetPoint.of(Evaluation(valid_loss=2.0), Validation(step=10, valid_loss=2.0, valid_bleu=30.0), budget=10)
+    assert point.dump() == {"valid_loss": 2.0, "step": 10, "valid_bleu": 30.0, "budget": 10}
+
+
+# The modules that build result.json and point.json: from typed pieces (ablate.record), never a dict of field names.
+WRITERS = ["train/pipeline.py", "train/worker.py", "train/budgets.py", "train/evaluation.py", "train/flops.py",
+           "train/job.py", "sweep/launchers/__init__.py"]  # fmt: skip
+SECTIONS = {"model", "tokenizer", "data", "training", "evaluation"}  # a spec's, whose keys may share a field's name
+
+
+def field_names_by_string(source: str) -> list[str]:
+    """Where `source` names a run record's field by a string: a dict key, a subscript or a .get/.pop/.setdefault.
+    A key of a spec's section (`spec["training"]["precision"]`) is the spec's, not the record's."""
+    import ast
+
+    fields = set(RunResult.model_fields) | set(BudgetPoint.model_fields)
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        keys = []
+        if isinstance(node, ast.Dict):
+            keys = [k for k in node.keys if k is not None]
+        elif isinstance(node, ast.Subscript):
+            inner = node.value
+            section = isinstance(inner, ast.Subscript) and getattr(inner.slice, "value", None) in SECTIONS
+            keys = [] if section else [node.slice]
+        elif isinstance(node, ast.Call) and getattr(node.func, "attr", None) in ("get", "pop", "setdefault"):
+            keys = node.args[:1]
+        found += [f"{k.lineno}: {k.value}" for k in keys if isinstance(k, ast.Constant) and k.value in fields]
+    return found
+
+
+def test_result_json_is_written_from_typed_pieces_not_dicts_of_field_names():
+    named = {path: field_names_by_string((ROOT / "ablate" / path).read_text()) for path in WRITERS}
+    assert named == {path: [] for path in WRITERS}
+    planted = 'fields = {"params": 5}\nresult["steps"] = 1\nend.get("stopped_by")\nspec["training"]["precision"]\n'
+    assert field_names_by_string(planted) == ["1: params", "2: steps", "3: stopped_by"]

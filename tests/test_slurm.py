@@ -10,7 +10,7 @@ from types import SimpleNamespace
 import pytest
 
 from ablate.errors import UserError
-from ablate.record import Status
+from ablate.record import Identity, Status
 from ablate.sweep.experiment import SlurmSpec
 from ablate.sweep.launchers import cluster, slurm
 from ablate.sweep.launchers.cluster import Node
@@ -88,7 +88,7 @@ class Handle:
 
 
 def test_a_task_ended_by_slurm_says_why(tmp_path):
-    job = SimpleNamespace(directory=tmp_path, config_hash="abc", record=lambda: {"run": "r", "seed": 1})
+    job = SimpleNamespace(directory=tmp_path, config_hash="abc", identity=lambda: Identity(run="r", seed=1))
     s = SlurmSpec(time_min=30, max_timeouts=3)
     cancelled = ended(job, Handle("CANCELLED by 0", RuntimeError("has not produced any output")), s).dump()
     assert cancelled["status"] == Status.INTERRUPTED and "scancel" in cancelled["error"]

@@ -8,6 +8,7 @@ import torch
 from ablate.data.batches import collate
 from ablate.data.tokenizer import BOS, EOS
 from ablate.model.transformer import build_model
+from ablate.record import Validation
 from ablate.train import checkpoints
 from ablate.train.device import Placement
 from ablate.train.trainer import Trainer, TrainingSpec
@@ -141,7 +142,9 @@ def test_early_stopping_counts_patience_in_passes_when_validating_every_epoch():
                 early_stopping={"metric": "valid_loss", "patience": 3})  # fmt: skip
     losses = iter([5.0, 4.0, 4.5, 3.0, 3.5, 3.2, 3.1, 1.0])
     validated = []
-    outcome = t.fit(data, on_validate=lambda step: validated.append(step) or {"valid_loss": next(losses)})
+    outcome = t.fit(
+        data, on_validate=lambda step: validated.append(step) or Validation(step=step, valid_loss=next(losses))
+    )
     ends = epoch_ends(t, data, 7)
     assert validated == ends  # stopped at the third pass without a loss below the fourth's 3.0
     assert outcome.stopped_early and outcome.steps == ends[-1] and t.watch.best_step == ends[3]

@@ -23,8 +23,8 @@ from ablate.rundir import (
     as_stored,
     hypotheses_path,
     is_experiment,
-    read_metrics,
     read_result,
+    read_validations,
     run_directories,
     stored_hash,
 )
@@ -153,7 +153,7 @@ def _resources(device: str, threads: int | None) -> Resources:
 
 def _measured(outcome: RunResult, directory: Path, split: str, run: str | None = None) -> Measured:
     """A seed's outcome with the validation losses from metrics.jsonl and the sha256 of the split's hypotheses."""
-    losses = {r["step"]: r["valid_loss"] for r in read_metrics(directory) if "valid_loss" in r}
+    losses = {v.step: v.valid_loss for v in read_validations(directory)}
     path = hypotheses_path(directory, split)
     digest = hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else None
     return Measured(outcome, losses, digest, run)

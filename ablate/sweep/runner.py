@@ -225,7 +225,7 @@ def reuse_finished(planned: list[Planned], results: Path) -> None:
         if d.is_dir() and stored_hash(d) not in (None, p.job.config_hash):
             d.rename(stale_path(d))
         p.job.save()
-        reuse(p.source, d, p.job.record(), results)
+        reuse(p.source, d, p.job.identity(), results)
 
 
 def prepare_data(jobs: list[Job]) -> None:

@@ -19,10 +19,9 @@ import copy
 import shutil
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
 
 from ablate.data.batches import Example
-from ablate.record import POINT_FIELDS, BudgetPoint, Status, StoppedBy
+from ablate.record import Branch, BudgetPoint, Cost, Evaluation, Points, Status, StoppedBy, Training, Validation
 from ablate.rundir import (
     BUDGET_POINTS,
     CHECKPOINT,
@@ -36,8 +35,9 @@ from ablate.rundir import (
 from ablate.train import checkpoints, distributed
 from ablate.train.trainer import Outcome, Progress, Trainer, TrainingSpec
 
-Evaluate = Callable[[Path, Path, int], dict[str, Any]]
-"""(weights directory, output directory, step) -> the point's scores, on rank 0: averaged, validated, decoded."""
+Evaluate = Callable[[Path, Path, int], tuple[Evaluation, Validation]]
+"""(weights directory, output directory, step) -> the point's scores and validation, on rank 0: averaged, validated,
+decoded."""
 Save = Callable[[Path, Trainer, bool], None]
 """(directory, trainer, keep its weights for averaging) -> a checkpoint of the trainer there, on every rank."""
 BranchLog = Callable[[Path, int | None], Callable[[Progress], None]]
@@ -97,8 +97,8 @@ class BudgetPoints:
             save(self.directory, trainer, True)
         if self.rank == 0:
             weights = copy.deepcopy(trainer.model.state_dict())  # evaluation may load averaged weights
-            scores = evaluate(self.directory, budget_dir(self.directory, b), trainer.step)
-            record = self._record(b, trainer, {"status": str(Status.COMPLETED)} | scores)
+            record = self._record(b, trainer, Status.COMPLETED, *evaluate(self.directory, budget_dir(self.directory, b),
+                                                                         trainer.step))  # fmt: skip
             trainer.model.load_state_dict(weights)
             if save is not None and not trainer.checkpoint_due():  # kept for this point alone
                 # dropped before the point is recorded: a point evaluated again after a kill saves them again
@@ -139,42 +139,49 @@ class BudgetPoints:
         if save is not None and outcome.status == Status.COMPLETED and resumed != outcome.steps:
             save(here, branch, True)  # the branch's end, averaged as a b-long run averages its end
         if self.rank == 0:
-            record: dict[str, Any] = {"status": str(outcome.status)}
-            if outcome.status == Status.COMPLETED:
-                record |= evaluate(here, here, branch.step)
-            else:
-                record["error"] = outcome.reason
-            spent = {"from_step": fork_step, "steps": branch.step - fork_step,
-                     "seconds": round(branch.totals.step_seconds - fork["totals"]["step_seconds"], 1)}  # fmt: skip
-            self._write(b, self._record(b, branch, record) | {"branch": spent})
+            scored = evaluate(here, here, branch.step) if outcome.status == Status.COMPLETED else ()
+            record = self._record(b, branch, outcome.status, *scored)
+            if outcome.status != Status.COMPLETED:
+                record.error = outcome.reason
+            record.branch = Branch(
+                from_step=fork_step,
+                steps=branch.step - fork_step,
+                seconds=round(branch.totals.step_seconds - fork["totals"]["step_seconds"], 1),
+            )
+            self._write(b, record)
             shutil.rmtree(here / CHECKPOINTS, ignore_errors=True)  # evaluated and dropped
         distributed.barrier()
         trunk.load_state_dict(fork)
         self.scored.add(b)
         return False
 
-    def _record(self, b: float, trainer: Trainer, scores: dict[str, Any]) -> dict[str, Any]:
+    def _record(self, b: float, trainer: Trainer, status: Status, *scored: Evaluation | Validation) -> BudgetPoint:
+        """Point b's record: where `trainer` stands, how it ended, and (when it was scored) its evaluation and
+        validation."""
         totals = trainer.totals
-        return {"budget": b, "step": trainer.step, "epochs": round(trainer.epoch + trainer.epoch_fraction, 2),
-                "train_target_tokens": totals.tgt_tokens, "train_flops": totals.flops} | scores  # fmt: skip
+        return BudgetPoint.of(*scored, budget=b, step=trainer.step, status=status,
+                              epochs=round(trainer.epoch + trainer.epoch_fraction, 2),
+                              train_target_tokens=totals.tgt_tokens, train_flops=totals.flops)  # fmt: skip
 
-    def _write(self, b: float, record: dict[str, Any]) -> None:
-        write_point(self.directory, BudgetPoint.model_validate(record))
+    def _write(self, b: float, record: BudgetPoint) -> None:
+        write_point(self.directory, record)
 
-    def summary(self, end: dict[str, Any]) -> dict[str, Any]:
-        """result.json's `budget_points` (every point's record, by budget, the run's end last, from `end`: the
-        run's fields) and what the cooldown branches cost. A run that early stopping ended never reached its last
-        point, nor those after the step it stopped at: they are not there, and its end is no budget point."""
+    def summary(self, training: Training, cost: Cost, end: Evaluation) -> Points:
+        """result.json's `budget_points` (every point's record, by budget, the run's end last: its `training`,
+        `cost` and `end`'s evaluation) and what the cooldown branches cost. A run that early stopping ended never
+        reached its last point, nor those after the step it stopped at: they are not there, and its end is no
+        budget point."""
         earlier = [read_point(self.directory, b) for b in self.points[:-1]]
         records = [p for p in earlier if p is not None]
-        if end.get("stopped_by") != StoppedBy.EARLY_STOPPING:
-            shared = {k: end[k] for k in POINT_FIELDS if k in end and k != "status"}  # what the end's point holds
-            records.append(BudgetPoint(budget=self.points[-1], step=end["steps"], status=Status.COMPLETED, **shared))
-        summary: dict[str, Any] = {"budget_points": [p.dump() for p in records]}
+        if training.stopped_by != StoppedBy.EARLY_STOPPING:
+            records.append(BudgetPoint.of(end, budget=self.points[-1], step=training.steps, status=Status.COMPLETED,
+                                          epochs=training.epochs, train_target_tokens=cost.train_target_tokens,
+                                          train_flops=cost.train_flops))  # fmt: skip
+        summary = Points(budget_points=records)
         branches = [p.branch for p in records if p.branch is not None]
         if branches:
-            summary |= {"branch_steps": sum(b.steps for b in branches),
-                        "branch_seconds": round(sum(b.seconds for b in branches), 1)}  # fmt: skip
+            summary.branch_steps = sum(b.steps for b in branches)
+            summary.branch_seconds = round(sum(b.seconds for b in branches), 1)
         return summary
 
 

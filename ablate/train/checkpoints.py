@@ -55,11 +55,20 @@ def kept_steps(directory: Path) -> list[int]:
     return sorted(found)
 
 
+WALL = "wall_seconds"  # last.pt's entry beside the trainer's state: seconds the job had taken when it was saved
+
+
+def wall_seconds(state: dict[str, Any]) -> float:
+    """What the job had taken when the checkpoint `state` was saved (0 for a checkpoint of an earlier ablate)."""
+    return float(state.get(WALL, 0.0))
+
+
 def save(directory: Path, state: dict[str, Any], step: int, config_hash: str, keep: int, weights: bool = True,
-         best: int | None = None) -> None:  # fmt: skip
-    """The trainer's state as last.pt (and its note, last.json); with `keep` > 1 (or a `best` step to keep) and
-    `weights` also the weights of this step, pruned to the last `keep` and the `keep` up to step `best`. The
-    weights are written before last.pt, so last.json never names a step whose weights are missing.
+         best: int | None = None, wall: float = 0.0) -> None:  # fmt: skip
+    """The trainer's state, and the seconds the job has taken so far (`wall`), as last.pt (and its note, last.json);
+    with `keep` > 1 (or a `best` step to keep) and `weights` also the weights of this step, pruned to the last
+    `keep` and the `keep` up to step `best`. The weights are written before last.pt, so last.json never names a
+    step whose weights are missing.
 
     Only the checkpoints a run of this length would average keep weights: those `checkpoint_every` apart and
     the run's end. A checkpoint taken because training was stopped (Ctrl-C) saves no weights, or the resumed
@@ -70,7 +79,7 @@ def save(directory: Path, state: dict[str, Any], step: int, config_hash: str, ke
         wanted = set(steps[-keep:]) | set(window(steps, keep, best))
         for old in set(steps) - wanted:
             weights_path(directory, old).unlink(missing_ok=True)
-    _save(directory / CHECKPOINT, state)
+    _save(directory / CHECKPOINT, state | {WALL: wall})
     write_json(directory / CHECKPOINT_INFO, {"step": step, "config_hash": config_hash})
 
 

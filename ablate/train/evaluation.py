@@ -24,7 +24,7 @@ from ablate.errors import SpecValueError
 from ablate.files import write_text
 from ablate.model.decoding import translate_ids
 from ablate.model.transformer import Transformer
-from ablate.record import BucketScore, Score
+from ablate.record import BucketScore, Evaluation, Score, Validation
 from ablate.rundir import hypotheses_path
 from ablate.train.log import Log
 from ablate.train.trainer import validation_loss
@@ -153,17 +153,17 @@ def by_length(sources: Sequence[str], hypotheses: Sequence[str], references: Seq
 
 
 def validate(model: Transformer, data: Dataset, batches: Sequence[Batch], ev: EvaluationSpec, bleu_pairs: int,
-             device: torch.device, amp: Any, step: int) -> dict[str, Any]:  # fmt: skip
+             device: torch.device, amp: Any, step: int) -> Validation:  # fmt: skip
     """Validation loss and perplexity on the whole split; greedy BLEU on its first `bleu_pairs` pairs."""
     loss = validation_loss(model, batches, device, amp)
-    record: dict[str, Any] = {"step": step, "valid_loss": round(loss, 4), "valid_ppl": perplexity(loss)}
+    record = Validation(step=step, valid_loss=round(loss, 4), valid_ppl=perplexity(loss))
     n = min(bleu_pairs, len(data.valid_pairs))
     if n:
         pairs = data.valid_pairs[:n]
         hyps = translate(model, [p[0] for p in pairs], data.src_vocab, data.tgt_vocab, beam_size=1, alpha=0.0,
                          max_extra_len=ev.max_extra_len, batch_size=ev.batch_size, device=device,
                          autocast=amp).hypotheses  # fmt: skip
-        record["valid_bleu"] = score(hyps, [p[1] for p in pairs], ev.lowercase).bleu
+        record.valid_bleu = score(hyps, [p[1] for p in pairs], ev.lowercase).bleu
     return record
 
 
@@ -186,20 +186,18 @@ def decode(model: Transformer, data: Dataset, ev: EvaluationSpec, device: torch.
     return translations
 
 
-def score_tests(data: Dataset, translations: dict[str, Translation], ev: EvaluationSpec) -> dict[str, Any]:
-    """sacreBLEU's BLEU and chrF of every decoded test split, whole and by source length, and the decoding speed:
-    the `scores` and `decode_sentences_per_s` of result.json (ablate.record.Evaluation)."""
-    scores: dict[str, Any] = {}
+def score_tests(data: Dataset, translations: dict[str, Translation], ev: EvaluationSpec) -> Evaluation:
+    """sacreBLEU's BLEU and chrF of every decoded test split, whole and by source length, and the decoding speed."""
+    scores: dict[str, Score] = {}
     for split, translation in translations.items():
         pairs = data.tests[split]
         sources, references = [p[0] for p in pairs], [p[1] for p in pairs]
         scored = score(translation.hypotheses, references, ev.lowercase)
-        extra: dict[str, Any] = {}
         if ev.lowercase:  # a paper's flavour beside the standard one
             cased = score(translation.hypotheses, references)
-            extra = {"cased_bleu": cased.bleu, "cased_bleu_signature": cased.bleu_signature}
-        buckets = by_length(sources, translation.hypotheses, references, ev.length_buckets, ev.lowercase)
-        scores[split] = Score(**scored.model_dump(exclude_unset=True), by_length=buckets, **extra).dump()
+            scored.cased_bleu, scored.cased_bleu_signature = cased.bleu, cased.bleu_signature
+        scored.by_length = by_length(sources, translation.hypotheses, references, ev.length_buckets, ev.lowercase)
+        scores[split] = scored
     seconds = sum(t.seconds for t in translations.values())
     decoded = sum(len(t.hypotheses) for t in translations.values())
-    return {"scores": scores, "decode_sentences_per_s": round(decoded / seconds, 1)}
+    return Evaluation(scores=scores, decode_sentences_per_s=round(decoded / seconds, 1))

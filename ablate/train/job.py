@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ablate.files import read_json, write_json, write_yaml
+from ablate.record import Identity
 from ablate.rundir import CONFIG, JOB, as_stored
 
 if TYPE_CHECKING:
@@ -52,11 +53,18 @@ class Job:
             load_plugin(plugin, self.directory / JOB, ("plugins", i))
         return RunSpec.model_validate(as_stored(self.spec))  # a job.json of an earlier ablate: the run it was
 
-    def record(self) -> dict[str, Any]:
+    def identity(self) -> Identity:
         """What every result of this job starts from: who it is."""
-        return {"experiment": self.experiment, "run": self.run, "seed": self.seed, "differences": self.differences,
-                "describe": self.describe, "config_hash": self.config_hash, "arm": self.arm or self.run,
-                "lr": self.lr}  # fmt: skip
+        return Identity(
+            experiment=self.experiment,
+            run=self.run,
+            seed=self.seed,
+            differences=self.differences,
+            describe=self.describe,
+            config_hash=self.config_hash,
+            arm=self.arm or self.run,
+            lr=self.lr,
+        )
 
     def save(self) -> None:
         write_yaml(self.directory / CONFIG, self.spec)

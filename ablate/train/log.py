@@ -25,11 +25,11 @@ class Log:
 
             self.writer = SummaryWriter(tensorboard, purge_step=None if resumed is None else resumed + 1)
 
-    def diagnostics(self, record: dict[str, Any]) -> None:
-        """Appends a diagnostics record (ablate.model.diagnostics) to diagnostics.jsonl."""
-        self.last_diagnosed = record["step"]
+    def diagnostics(self, step: int, measured: dict[str, Any]) -> None:
+        """Appends the diagnostics of the model at `step` (ablate.model.diagnostics.measure) to diagnostics.jsonl."""
+        self.last_diagnosed = step
         if self.directory is not None:
-            append_metrics(self.directory, record, DIAGNOSTICS)
+            append_metrics(self.directory, {"step": step} | measured, DIAGNOSTICS)
 
     def write(self, record: dict[str, Any]) -> None:
         if self.directory is None:

@@ -2,8 +2,9 @@
 
 `Pipeline.run` reads top to bottom as the job goes. Where the job computes (device, precision, threads,
 rank) is resolved once, by the worker (ablate.train.device.Placement). Every rank of a data-parallel job
-trains; rank 0 alone logs, validates, decodes and scores. What it measures is returned as the fields of
-result.json (ablate.record.RunResult), which ablate.train.worker validates and writes.
+trains; rank 0 alone logs, validates, decodes and scores. What it measures is returned as the pieces of
+result.json (ablate.record: Setup, Training, Cost, Evaluation, Points, Footprint), which ablate.train.worker
+puts together and writes.
 """
 
 from __future__ import annotations
@@ -12,8 +13,8 @@ import contextlib
 import resource
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import torch
 
@@ -22,8 +23,21 @@ from ablate.data.dataset import Dataset, load_dataset
 from ablate.data.tokenizer import PAD
 from ablate.model.diagnostics import fixed_batch, measure
 from ablate.model.transformer import build_model, count_parameters
-from ablate.record import EarlyStop, Status
-from ablate.rundir import CHECKPOINT, checkpoint_step, read_diagnostics, read_metrics, truncate_metrics
+from ablate.record import (
+    Cost,
+    EarlyStop,
+    Ending,
+    Evaluation,
+    Footprint,
+    Points,
+    Record,
+    Setup,
+    Status,
+    Step,
+    Training,
+    Validation,
+)
+from ablate.rundir import CHECKPOINT, checkpoint_step, diagnostics_seconds, read_validations, truncate_metrics
 from ablate.train import checkpoints, distributed
 from ablate.train.bf16 import bf16_matmuls
 from ablate.train.budgets import BudgetPoints
@@ -35,18 +49,36 @@ from ablate.train.log import Log
 from ablate.train.trainer import Outcome, Progress, Trainer, autocast, validation_loss
 
 
+@dataclass
+class Measured:
+    """What one process of a job measured: pieces of its result.json, those it got to (an interrupted job: its
+    status alone, since the resumed run measures what training cost; a rank other than 0: no scores)."""
+
+    ending: Ending
+    setup: Setup | None = None
+    training: Training | None = None
+    cost: Cost | None = None
+    evaluation: Evaluation | None = None
+    points: Points | None = None
+    footprint: Footprint = field(default_factory=Footprint)
+
+    def pieces(self) -> list[Record]:
+        every = (self.ending, self.setup, self.training, self.cost, self.evaluation, self.points, self.footprint)
+        return [piece for piece in every if piece is not None]
+
+
 def train_and_evaluate(job: Job, placement: Placement, stop: Callable[[], bool],
-                       started: float | None = None) -> dict[str, Any]:  # fmt: skip
-    """Trains the job (resuming from its checkpoint), evaluates it, and returns result.json's fields, `wall_seconds`
+                       started: float | None = None) -> Measured:  # fmt: skip
+    """Trains the job (resuming from its checkpoint), evaluates it, and returns what it measured, its wall seconds
     among them: since `started` (perf_counter; default now), with what earlier processes of the job took. Every
     matmul of the job, training's, validation's and beam search's, goes through `bf16_matmuls`: in bf16 on a CPU
     without native bf16, fp32 kernels compute it as a native bf16 kernel would (ablate.train.bf16)."""
     with bf16_matmuls(placement.device, placement.precision):
         pipeline = Pipeline(job, placement, stop, started)
-        fields = pipeline.run()
-        if fields["status"] != Status.INTERRUPTED:  # the resumed run measures its wall time
-            fields["wall_seconds"] = round(pipeline.wall(), 1)
-        return fields
+        measured = pipeline.run()
+        if measured.ending.status != Status.INTERRUPTED:  # the resumed run measures its wall time
+            measured.footprint = Footprint.of(measured.footprint, wall_seconds=round(pipeline.wall(), 1))
+        return measured
 
 
 class Pipeline:
@@ -60,32 +92,32 @@ class Pipeline:
         self.started = time.perf_counter() if started is None else started
         self.earlier_wall = 0.0  # what the job's earlier processes took, from its checkpoint
 
-    def run(self) -> dict[str, Any]:
-        fields = self.prepare()
+    def run(self) -> Measured:
+        setup = self.prepare()
         outcome = self.train()
-        fields |= self.training_fields(outcome)
         if outcome.status == Status.INTERRUPTED:
-            return fields  # no result.json: the resumed run measures what training cost
-        fields |= self.cost()
-        if outcome.stopped_by is not None:
-            fields["stopped_by"] = outcome.stopped_by
+            return Measured(Ending(status=outcome.status))  # no result.json: the resumed run measures the cost
+        measured = Measured(Ending(status=outcome.status), setup, self.training(outcome), self.cost())
         if outcome.status == Status.DIVERGED:
-            return fields | {"error": outcome.reason, "peak_memory_mib": peak_memory_mib(self.at.device)}
+            measured.ending = Ending(status=outcome.status, error=outcome.reason)
+            measured.footprint = Footprint(peak_memory_mib=peak_memory_mib(self.at.device))
+            return measured
         if self.saving and self.resumed != outcome.steps:  # a kill while decoding resumes at evaluation
             # the end's weights are averaged with the rest; epoch checkpoints average whole passes alone (fairseq's
             # --num-epoch-checkpoints), so a run that ends mid-pass keeps none of its partial pass
             whole = self.spec.training.checkpoint_every != "epoch" or self.trainer.checkpoint_due()
             self.save(self.job.directory, self.trainer, whole)
         if not self.rank0:
-            return fields  # decoding and scoring are rank 0's
-        fields |= self.finish(fields)
+            return measured  # decoding and scoring are rank 0's
+        measured.evaluation, measured.points = self.finish(measured)
         self.log.close()
-        return fields | {"peak_memory_mib": peak_memory_mib(self.at.device)}
+        measured.footprint = Footprint(peak_memory_mib=peak_memory_mib(self.at.device))
+        return measured
 
     # -- prepare ---------------------------------------------------------------------------------------------------
 
-    def prepare(self) -> dict[str, Any]:
-        """The data, the model, the trainer (from the checkpoint, if any) and the log; the run's first fields."""
+    def prepare(self) -> Setup:
+        """The data, the model, the trainer (from the checkpoint, if any) and the log; what was prepared."""
         spec, job, at = self.spec, self.job, self.at
         self.data: Dataset = load_dataset(spec.data, spec.tokenizer)
         at.enter()
@@ -101,18 +133,16 @@ class Pipeline:
         self.valid_batches = make_batches(self.data.valid, spec.training.max_tokens)
         self.probe_batch = fixed_batch(self.data.valid, spec.training.max_tokens)
         self.saving = spec.training.checkpoint_every is not None
-        fields: dict[str, Any] = {
-            "params": count_parameters(self.model), "device": device_name(at.device), "gpus": job.gpus,
-            "processes": at.world, "precision": at.precision, "src_vocab": vocab[0], "tgt_vocab": vocab[1],
-            "train_pairs": len(self.data.train),
-        }  # fmt: skip
+        setup = Setup(params=count_parameters(self.model), device=device_name(at.device), gpus=job.gpus,
+                      processes=at.world, precision=at.precision, src_vocab=vocab[0], tgt_vocab=vocab[1],
+                      train_pairs=len(self.data.train))  # fmt: skip
         if self.resumed is not None:
-            fields["resumed_from_step"] = self.resumed
+            setup.resumed_from_step = self.resumed
         if self.rank0:
-            fields["init_valid_loss"] = self.initial_loss()
+            setup.init_valid_loss = self.initial_loss()
             if self.resumed is None:
                 self.diagnose(0)  # at initialisation, before the first update, where Xiong et al. measure
-        return fields
+        return setup
 
     def resume(self) -> int | None:
         """The trainer restored from the run's last checkpoint; its step, or None when the run starts afresh."""
@@ -120,7 +150,7 @@ class Pipeline:
         if resumed is not None:
             state = checkpoints.load(self.job.directory / CHECKPOINT, self.at.device)
             self.trainer.load_state_dict(state)
-            self.earlier_wall = state.get("wall_seconds", 0.0)
+            self.earlier_wall = checkpoints.wall_seconds(state)
             if self.rank0:
                 checkpoints.forget_after(self.job.directory, resumed)
         if self.rank0:
@@ -134,11 +164,11 @@ class Pipeline:
         run reads it back from its log.
         """
         if self.resumed is not None:
-            return next((r["valid_loss"] for r in read_metrics(self.job.directory)
-                         if r.get("step") == 0 and "valid_loss" in r), None)  # fmt: skip
+            return next((v.valid_loss for v in read_validations(self.job.directory) if v.step == 0), None)
         loss = validation_loss(self.model, self.valid_batches, self.at.device, self.amp)
-        self.log.write({"step": 0, "valid_loss": round(loss, 4), "valid_ppl": perplexity(loss), "wall_s": 0.0})
-        return round(loss, 4)
+        initial = Validation(step=0, valid_loss=round(loss, 4), valid_ppl=perplexity(loss))
+        self.log.write(Validation.of(initial, wall_s=0.0).dump())
+        return initial.valid_loss
 
     # -- train -----------------------------------------------------------------------------------------------------
 
@@ -164,19 +194,19 @@ class Pipeline:
         return round(self.earlier_wall + time.perf_counter() - self.started, 2)
 
     def on_step(self, p: Progress) -> None:
-        self.log.write({"step": p.step, "epoch": p.epoch, "loss": round(p.loss, 4), "lr": p.lr,
-                        "step_ms": round(p.step_seconds * 1000, 1), "src_tokens": p.src_tokens,
-                        "tgt_tokens": p.tgt_tokens, "wall_s": self.wall()})  # fmt: skip
+        self.log.write(Step(step=p.step, epoch=p.epoch, loss=round(p.loss, 4), lr=p.lr,
+                            step_ms=round(p.step_seconds * 1000, 1), src_tokens=p.src_tokens,
+                            tgt_tokens=p.tgt_tokens, wall_s=self.wall()).dump())  # fmt: skip
         self.log.progress(p, self.spec.training.max_steps)
         every = self.spec.training.diagnostics_every
         if every and p.step % every == 0:
             self.diagnose(p.step)
 
-    def on_validate(self, step: int) -> dict[str, Any]:
-        record: dict[str, Any] = {}
+    def on_validate(self, step: int) -> Validation | None:
+        record = None
         if self.rank0:
             record = self.validate(step)
-            self.log.write(record | {"wall_s": self.wall()})
+            self.log.write(Validation.of(record, wall_s=self.wall()).dump())
             if self.spec.training.diagnostics_every is None:
                 self.diagnose(step)
         distributed.barrier()
@@ -188,9 +218,9 @@ class Pipeline:
     def save(self, directory: Path, which: Trainer, weights: bool) -> None:
         """`which` (the run, or a budget point's branch) checkpointed in `directory`; `weights`: kept to average."""
         if self.rank0:
-            state = which.state_dict() | {"wall_seconds": self.wall()}
-            checkpoints.save(directory, state, which.step, self.job.config_hash,
-                             self.spec.evaluation.average_checkpoints, weights, self.best_step())  # fmt: skip
+            checkpoints.save(directory, which.state_dict(), which.step, self.job.config_hash,
+                             self.spec.evaluation.average_checkpoints, weights, self.best_step(),
+                             wall=self.wall())  # fmt: skip
         distributed.barrier()
 
     def best_step(self) -> int | None:
@@ -202,7 +232,7 @@ class Pipeline:
         """Rank 0's diagnostics of the model as it is at `step` (ablate.model.diagnostics), logged."""
         if self.rank0 and self.spec.training.diagnostics_every != 0:
             measured = measure(self.model, self.probe_batch, self.spec.training.label_smoothing, self.amp)
-            self.log.diagnostics({"step": step} | measured)
+            self.log.diagnostics(step, measured)
 
     def branch_log(self, directory: Path, resumed_at: int | None) -> Callable[[Progress], None]:
         """A cooldown branch's own metrics.jsonl and progress lines."""
@@ -213,94 +243,91 @@ class Pipeline:
             self.log.phase(f"budget point {directory.name}: cooling down from step {self.trainer.step}")
 
         def on_branch_step(p: Progress) -> None:
-            branch.write({"step": p.step, "loss": round(p.loss, 4), "lr": p.lr,
-                          "step_ms": round(p.step_seconds * 1000, 1), "wall_s": self.wall()})  # fmt: skip
+            branch.write(Step(step=p.step, loss=round(p.loss, 4), lr=p.lr, step_ms=round(p.step_seconds * 1000, 1),
+                              wall_s=self.wall()).dump())  # fmt: skip
             branch.progress(p, None)
 
         return on_branch_step
 
-    def training_fields(self, outcome: Outcome) -> dict[str, Any]:
+    def training(self, outcome: Outcome) -> Training:
         """How training ended and how fast it went: step_ms from the steps after the first of each process (which
-        pays for warm-up), tokens a second over every step."""
+        pays for warm-up), tokens a second over every step; and what measuring the diagnostics took of it."""
         totals = self.trainer.totals
-        fields: dict[str, Any] = {}
-        if self.share is not None:  # the speed figures are the run's own only when it had its cores to itself
-            fields |= {"threads": torch.get_num_threads(), "cpu_ids": self.share.cores,
-                       "core_share": self.share.stop()}  # fmt: skip
         timed = totals.timed_seconds / totals.timed_steps if totals.timed_steps else totals.step_seconds / outcome.steps
+        training = Training(steps=outcome.steps, epochs=round(outcome.epochs, 2),
+                            train_seconds=round(totals.train_seconds, 1),
+                            train_src_tokens_per_s=round(totals.src_tokens / totals.step_seconds, 1),
+                            train_tgt_tokens_per_s=round(totals.tgt_tokens / totals.step_seconds, 1),
+                            step_ms=round(1000 * timed, 1))  # fmt: skip
+        if self.share is not None:  # the speed figures are the run's own only when it had its cores to itself
+            training.threads, training.cpu_ids = torch.get_num_threads(), self.share.cores
+            training.core_share = self.share.stop()
         if self.trainer.graphs is not None:
-            fields["cuda_graphs"] = len(self.trainer.graphs)
+            training.cuda_graphs = len(self.trainer.graphs)
         watch = self.trainer.watch
         if watch is not None:
-            fields["early_stopping"] = EarlyStop(metric=watch.metric, stopped=outcome.stopped_early,
-                                                 best_step=watch.best_step, best=watch.best,
-                                                 validations_since_best=watch.since_best).dump()  # fmt: skip
-        return fields | {
-            "status": outcome.status, "steps": outcome.steps, "epochs": round(outcome.epochs, 2),
-            "train_seconds": round(totals.train_seconds, 1),
-            "train_src_tokens_per_s": round(totals.src_tokens / totals.step_seconds, 1),
-            "train_tgt_tokens_per_s": round(totals.tgt_tokens / totals.step_seconds, 1),
-            "step_ms": round(1000 * timed, 1),
-        }  # fmt: skip
-
-    def cost(self) -> dict[str, Any]:
-        """What training cost (ablate.train.flops.cost), and what measuring the diagnostics took of it."""
-        fields: dict[str, Any] = {}
+            training.early_stopping = EarlyStop(metric=watch.metric, stopped=outcome.stopped_early,
+                                                best_step=watch.best_step, best=watch.best,
+                                                validations_since_best=watch.since_best)  # fmt: skip
         if self.rank0 and self.spec.training.diagnostics_every != 0:
-            seconds = sum(r.get("seconds", 0.0) for r in read_diagnostics(self.job.directory))
-            fields["diagnostics_seconds"] = round(seconds, 2)
+            training.diagnostics_seconds = round(diagnostics_seconds(self.job.directory), 2)
+        if outcome.stopped_by is not None:
+            training.stopped_by = outcome.stopped_by
+        return training
+
+    def cost(self) -> Cost:
+        """What training cost (ablate.train.flops.cost)."""
         totals, training = self.trainer.totals, self.spec.training
-        spent = cost(totals.flops, totals.step_seconds, totals.tgt_tokens, training.budgets(), training.peak_tflops,
-                     self.at)  # fmt: skip
-        return fields | spent.dump()
+        return cost(totals.flops, totals.step_seconds, totals.tgt_tokens, training.budgets(), training.peak_tflops,
+                    self.at)  # fmt: skip
 
     # -- average, validate, decode, score --------------------------------------------------------------------------
 
-    def evaluate(self, weights_dir: Path, out_dir: Path, step: int) -> dict[str, Any]:
+    def evaluate(self, weights_dir: Path, out_dir: Path, step: int) -> tuple[Evaluation, Validation]:
         """Rank 0 scores the model as a run ending at `step`: the mean of the last checkpoints kept in
         `weights_dir`, validated, then every test split decoded into `out_dir` and scored."""
-        record = self.average(weights_dir)
-        final = self.validate(step)
-        record |= {"valid_loss": final["valid_loss"], "valid_ppl": final["valid_ppl"]}
-        if "valid_bleu" in final:
-            record["valid_bleu"] = final["valid_bleu"]
+        averaged = self.average(weights_dir)
+        validation = self.validate(step)
         translations = decode(self.model, self.data, self.spec.evaluation, self.at.device, self.amp, out_dir,
                               self.log)  # fmt: skip
-        return record | score_tests(self.data, translations, self.spec.evaluation)
+        evaluation = score_tests(self.data, translations, self.spec.evaluation)
+        evaluation.valid_loss, evaluation.valid_ppl = validation.valid_loss, validation.valid_ppl
+        if averaged is not None:
+            evaluation.averaged_steps = averaged
+        return evaluation, validation
 
-    def average(self, weights_dir: Path) -> dict[str, Any]:
+    def average(self, weights_dir: Path) -> list[int] | None:
         """Loads the mean of the last `evaluation.average_checkpoints` checkpoints into the model (with `select:
-        best`, the last up to the best validation step); their steps."""
+        best`, the last up to the best validation step); their steps, or None where the last weights are scored."""
         n, best = self.spec.evaluation.average_checkpoints, self.best_step()
         if n <= 1 and best is None:
-            return {}
+            return None
         weights, steps = checkpoints.averaged_weights(weights_dir, n, self.at.device, until=best)
         self.model.load_state_dict(weights)
         if n == 1:
             self.log.say(f"scoring the weights of the best validation, step {best}")
         else:
             self.log.say(f"averaged the checkpoints of steps {', '.join(map(str, steps))}")
-        return {"averaged_steps": steps}
+        return steps
 
-    def validate(self, step: int) -> dict[str, Any]:
+    def validate(self, step: int) -> Validation:
         training = self.spec.training
         return validate(self.model, self.data, self.valid_batches, self.spec.evaluation, training.valid_bleu_pairs,
                         self.at.device, self.amp, step)  # fmt: skip
 
-    def finish(self, fields: dict[str, Any]) -> dict[str, Any]:
+    def finish(self, measured: Measured) -> tuple[Evaluation, Points | None]:
         """The run's end evaluated (its validation logged), and with budget points, every point's record with the
-        end's last (`fields`: what the run measured so far)."""
-        steps = fields["steps"]
-        end = self.evaluate(self.job.directory, self.job.directory, steps)
-        validation = {"step": steps, "valid_loss": end["valid_loss"], "valid_ppl": end["valid_ppl"]}
-        if "valid_bleu" in end:
-            validation["valid_bleu"] = end.pop("valid_bleu")
-        if "averaged_steps" in end:
-            validation["averaged"] = len(end["averaged_steps"])  # the validation of the model that is decoded
-        self.log.write(validation | {"wall_s": self.wall()})
-        if self.points.points:
-            end |= self.points.summary(fields | end)
-        return end
+        end's last (`measured`: what the run measured so far)."""
+        training, cost = measured.training, measured.cost
+        assert training is not None and training.steps is not None and cost is not None
+        end, validation = self.evaluate(self.job.directory, self.job.directory, training.steps)
+        if end.averaged_steps is not None:
+            validation.averaged = len(end.averaged_steps)  # the validation of the model that is decoded
+        validation.wall_s = self.wall()
+        self.log.write(validation.dump())
+        if not self.points.points:
+            return end, None
+        return end, self.points.summary(training, cost, end)
 
 
 def reset_peak_memory(device: torch.device) -> None:

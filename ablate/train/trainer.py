@@ -22,7 +22,7 @@ from ablate.data.batches import Batch, Example, batch_indices, collate
 from ablate.data.tokenizer import PAD
 from ablate.errors import SpecValueError
 from ablate.model.transformer import Transformer
-from ablate.record import Status, StoppedBy
+from ablate.record import Status, StoppedBy, Validation
 from ablate.registry import PartSpec
 from ablate.train.device import Placement
 from ablate.train.distributed import all_sum, any_rank
@@ -459,7 +459,7 @@ class Trainer:
         return reached
 
     def fit(self, examples: Sequence[Example], on_step: Callable[[Progress], None] | None = None,
-            on_validate: Callable[[int], dict[str, Any] | None] | None = None,
+            on_validate: Callable[[int], Validation | None] | None = None,
             on_checkpoint: Callable[[int], None] | None = None, should_stop: Callable[[], bool] | None = None,
             before_update: Callable[[], bool] | None = None) -> Outcome:  # fmt: skip
         """Trains until its budget is used, from wherever the trainer's step, epoch and position are.
@@ -516,7 +516,7 @@ class Trainer:
                 self._count_time()
                 return diverged
             if validate and on_validate is not None:
-                record = on_validate(self.step) or {}
+                record = on_validate(self.step)
                 self.model.train()
                 if self._patience_exhausted(record) and not last:
                     return self._stopped_early(epochs)
@@ -569,11 +569,11 @@ class Trainer:
             stopped_by=StoppedBy.EARLY_STOPPING,
         )
 
-    def _patience_exhausted(self, record: dict[str, Any]) -> bool:
+    def _patience_exhausted(self, record: Validation | None) -> bool:
         """Early stopping's look at a validation (rank 0's record; the other ranks follow its decision)."""
         if self.watch is None:
             return False
-        value = record.get(self.watch.metric)
+        value = None if record is None else getattr(record, self.watch.metric)
         if value is not None:
             self.watch.see(self.step, value)
         return any_rank(value is not None and self.watch.exhausted, self.device)

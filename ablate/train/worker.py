@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from ablate.errors import UserError
-from ablate.record import RunResult, Status
+from ablate.record import Ending, Footprint, Origin, RunResult, Status
 from ablate.rundir import Exit, RunLock, read_result, write_result
 from ablate.train.job import Job
 
@@ -97,7 +97,7 @@ def execute(job: Job, stop: Stop | None = None, forked: bool = False) -> int:
 
     from ablate.train import distributed
     from ablate.train.device import Placement
-    from ablate.train.pipeline import train_and_evaluate
+    from ablate.train.pipeline import Measured, train_and_evaluate
 
     stop = stop or Stop()
     rank, world, local_rank = distributed.setup(job.device)
@@ -114,37 +114,35 @@ def execute(job: Job, stop: Stop | None = None, forked: bool = False) -> int:
         lock.release()
         return Exit.COMPLETED
     wall = time.perf_counter()
-    result: dict[str, Any] = job.record() | {
-        "status": Status.RUNNING, "torch": torch.__version__, "python": platform.python_version(),
-        "host": platform.node(), "worker": "forked" if forked else "fresh", "started_at": _now(),
-    }  # fmt: skip
+    origin = Origin(torch=torch.__version__, python=platform.python_version(), host=platform.node(),
+                    worker="forked" if forked else "fresh", started_at=_now())  # fmt: skip
     if job.gpu_ids:  # what the launcher gave it, and what the process was shown
-        result |= {"gpu_ids": job.gpu_ids, "visible_gpus": os.environ.get("CUDA_VISIBLE_DEVICES")}
+        origin.gpu_ids, origin.visible_gpus = job.gpu_ids, os.environ.get("CUDA_VISIBLE_DEVICES")
     if job.runs_per_gpu > 1:
-        result["runs_per_gpu"] = job.runs_per_gpu
+        origin.runs_per_gpu = job.runs_per_gpu
     if job.note:
-        result["note"] = job.note
+        origin.note = job.note
     if "SLURM_JOB_ID" in os.environ:  # which Slurm job trained it, and how often it was requeued first
         array = os.environ.get("SLURM_ARRAY_JOB_ID")
-        result["slurm_job"] = f"{array}_{os.environ['SLURM_ARRAY_TASK_ID']}" if array else os.environ["SLURM_JOB_ID"]
-        result["slurm_restarts"] = int(os.environ.get("SLURM_RESTART_COUNT") or 0)
+        origin.slurm_job = f"{array}_{os.environ['SLURM_ARRAY_TASK_ID']}" if array else os.environ["SLURM_JOB_ID"]
+        origin.slurm_restarts = int(os.environ.get("SLURM_RESTART_COUNT") or 0)
     code = Exit.COMPLETED
     try:
-        result |= train_and_evaluate(job, placement, stop, wall)
+        measured = train_and_evaluate(job, placement, stop, wall)
     except UserError as error:  # bad input (a corpus file, say): the same for every run, so the sweep stops
-        result |= {"status": Status.FAILED, "error": " ".join(error.lines)}
+        measured = Measured(Ending(status=Status.FAILED, error=" ".join(error.lines)))
         code = Exit.USER_ERROR
     except Exception as error:  # a run's own failure (out of memory, a bug in a plugin) ends that run alone
-        result |= {"status": Status.FAILED, "error": f"{type(error).__name__}: {error}",
-                   "traceback": traceback.format_exc()}  # fmt: skip
+        measured = Measured(Ending(status=Status.FAILED, error=f"{type(error).__name__}: {error}",
+                                   traceback=traceback.format_exc()))  # fmt: skip
         code = Exit.FAILED
-    if result["status"] == Status.INTERRUPTED:
+    if measured.ending.status == Status.INTERRUPTED:
         lock.release()
         return Exit.INTERRUPTED  # no result.json: the next `ablate run` resumes from the checkpoint
-    result.setdefault("wall_seconds", round(time.perf_counter() - wall, 1))  # a failed run: this process's
-    result["ended_at"] = _now()
+    origin.ended_at = _now()
     if rank == 0:
-        write_result(job.directory, RunResult.model_validate(result))
+        took = Footprint(wall_seconds=round(time.perf_counter() - wall, 1))  # a failed run's: this process's
+        write_result(job.directory, RunResult.of(job.identity(), took, origin, *measured.pieces()))
     lock.release()
     return code
 

@@ -49,11 +49,11 @@ def outcome(job: Job, code: int, why: str | None = None) -> RunResult:
 
     `why`: what the launcher knows of a death the exit code does not tell (a Slurm time limit, say).
     """
-    base = job.record()
+    who = job.identity()
     if code == Exit.INTERRUPTED:
-        return RunResult(**base, status=Status.INTERRUPTED)
+        return RunResult.of(who, status=Status.INTERRUPTED)
     if code == Exit.BUSY:
-        return RunResult(**base, status=Status.BUSY, error="another process is training this run")
+        return RunResult.of(who, status=Status.BUSY, error="another process is training this run")
     result = read_result(job.directory)
     if result is not None and result.config_hash == job.config_hash:
         return result
@@ -62,7 +62,7 @@ def outcome(job: Job, code: int, why: str | None = None) -> RunResult:
         why = f"worker killed by {name}" + (" (out of memory? the kernel's OOM killer sends it)" if code == -9 else "")
     elif why is None:
         why = f"worker exited with code {code} and wrote no result"
-    result = RunResult(**base, status=Status.FAILED, error=why, log=_tail(job.directory / LOG))
+    result = RunResult.of(who, status=Status.FAILED, error=why, log=_tail(job.directory / LOG))
     write_result(job.directory, result)
     return result
 
