@@ -23,19 +23,32 @@ def umask_mode() -> int:
     return 0o666 & ~mask
 
 
-def write_text(path: Path, text: str) -> None:
+def write_bytes(path: Path, data: bytes) -> None:
+    """`data` as `path`, atomically (a temporary file beside it, then renamed), with the umask's permissions."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
     try:
         os.fchmod(fd, umask_mode())
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def write_text(path: Path, text: str) -> None:
+    write_bytes(path, text.encode("utf-8"))
+
+
+def cache_dir() -> Path:
+    """ablate's cache (vocabularies, FLOP counts, a machine's peak, BLEU statistics): $ABLATE_CACHE_DIR, else
+    $XDG_CACHE_HOME/ablate or ~/.cache/ablate. Everything in it can be deleted; it is made again."""
+    if os.environ.get("ABLATE_CACHE_DIR"):
+        return Path(os.environ["ABLATE_CACHE_DIR"]).expanduser()
+    return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "ablate"
 
 
 def write_json(path: Path, data: Any) -> None:

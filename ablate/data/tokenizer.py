@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
@@ -16,6 +15,7 @@ from pydantic import Field, PositiveInt
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 
 from ablate.config import Section
+from ablate.files import cache_dir
 
 PAD, BOS, EOS, UNK = 0, 1, 2, 3
 SPECIALS = ["<pad>", "<s>", "</s>", "<unk>"]  # ids 0..3, in this order, in every vocabulary
@@ -27,12 +27,6 @@ class TokenizerSpec(Section):
     vocab_size: PositiveInt = Field(37000, description="BPE vocabulary size (per language when not joint)")
     joint: bool = Field(True, description="one vocabulary shared by source and target")
     min_frequency: PositiveInt = Field(2, description="merges seen fewer times than this are not learned")
-
-
-def cache_dir() -> Path:
-    if os.environ.get("ABLATE_CACHE_DIR"):
-        return Path(os.environ["ABLATE_CACHE_DIR"]).expanduser()
-    return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "ablate"
 
 
 class Vocabulary:

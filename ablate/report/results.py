@@ -5,8 +5,10 @@ Every file is read through ablate.rundir; torch is never imported.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -146,6 +148,10 @@ class SentenceStatistics:
 
         self.split, self.lowercase = split, bool(config.get("evaluation", {}).get("lowercase", False))
         self.references, self._against, self._seen = _test_set(config, split, self.lowercase)
+        import sacrebleu
+
+        joined = "\n".join(self.references)
+        self._key = f"{hashlib.sha256(joined.encode()).hexdigest()} lowercase={self.lowercase} {sacrebleu.__version__}"
         self.score = bleu_scorer(self.lowercase)
         self._of: dict[Path, Any] = {}
 
@@ -158,9 +164,31 @@ class SentenceStatistics:
                 lines = j.hypotheses(self.split)
                 digest = hashlib.sha256("\n".join(lines).encode()).hexdigest()
                 if digest not in self._seen:
-                    self._seen[digest] = self._against(lines)
+                    self._seen[digest] = cached_statistics(self._key, digest, lambda lines=lines: self._against(lines))
                 self._of[j.directory] = self._seen[digest]
         return np.stack([self._of[j.directory] for j in jobs])
+
+
+def cached_statistics(references: str, hypotheses: str, compute: Callable[[], Any]) -> Any:
+    """Per-sentence BLEU statistics from ablate's cache (files.cache_dir()/bleu-statistics), keyed by the sha256 of
+    the references (with the lowercase flag and sacreBLEU's version) and of the hypotheses; computed and kept
+    there when missing. Tokenising and counting n-grams is most of a report's time, and a report is made again
+    and again from the same translations (another format, margin or set of columns)."""
+    import io
+
+    import numpy as np
+
+    from ablate.files import cache_dir, write_bytes
+
+    path = cache_dir() / "bleu-statistics" / f"{hashlib.sha256(f'{references} {hypotheses}'.encode()).hexdigest()}.npy"
+    with contextlib.suppress(OSError, ValueError, EOFError):
+        return np.load(path, allow_pickle=False)
+    stats = compute()
+    buffer = io.BytesIO()
+    np.save(buffer, stats, allow_pickle=False)
+    with contextlib.suppress(OSError):  # a read-only cache only costs the statistics next time
+        write_bytes(path, buffer.getvalue())
+    return stats
 
 
 _TEST_SETS: dict[str, tuple[list[str], Any, dict[str, Any]]] = {}  # see _test_set

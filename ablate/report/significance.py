@@ -30,6 +30,7 @@ two-sample t-test needs to resolve a difference of the measured size at the meas
 
 from __future__ import annotations
 
+import hashlib
 import math
 import statistics
 from collections.abc import Callable, Hashable, Sequence
@@ -161,16 +162,25 @@ def delta_interval(baseline: np.ndarray, system: np.ndarray, score: Scorer, leve
         raise ValueError(f"the system's statistics {system.shape[1:]} do not match the baseline's {(n, k)}")
     full_b, full_v = score(baseline.sum(1)), score(system.sum(1))  # (S_b,), (S_v,)
     delta = float(full_v.mean() - full_b.mean())
+    resampled = _resampled(system, score, resamples, seed) - _resampled(baseline, score, resamples, seed)
+    return seed_interval(delta, float(np.var(resampled, ddof=1)), n, full_b, full_v, level, spread)
 
-    rng = np.random.default_rng(seed)
-    weights = rng.multinomial(n, np.full(n, 1 / n), size=resamples).astype(np.float64)  # (R, N) sentence counts
 
-    def resampled(stats: np.ndarray) -> np.ndarray:  # (R,) the arm's mean score on each resample
+_RESAMPLED: dict[tuple, np.ndarray] = {}  # see _resampled
+
+
+def _resampled(stats: np.ndarray, score: Scorer, resamples: int, seed: int) -> np.ndarray:
+    """(R,) an arm's mean score on each of `resamples` bootstrap resamples of its N sentences (S, N, K); the same
+    resamples for every arm of a seed, so that the difference is paired. Kept for the process: a report compares
+    every row, at every budget point, with the same baseline."""
+    key = (hashlib.sha256(stats.tobytes()).hexdigest(), stats.shape, score, resamples, seed)
+    if key not in _RESAMPLED:
+        n, k = stats.shape[1:]
+        rng = np.random.default_rng(seed)
+        weights = rng.multinomial(n, np.full(n, 1 / n), size=resamples).astype(np.float64)  # (R, N) sentence counts
         sums = np.einsum("rn,snk->rsk", weights, stats)  # (R, S, K)
-        return score(sums.reshape(-1, k)).reshape(resamples, -1).mean(1)
-
-    v_test = float(np.var(resampled(system) - resampled(baseline), ddof=1))
-    return seed_interval(delta, v_test, n, full_b, full_v, level, spread)
+        _RESAMPLED[key] = score(sums.reshape(-1, k)).reshape(resamples, -1).mean(1)
+    return _RESAMPLED[key]
 
 
 @dataclass(frozen=True)

@@ -185,7 +185,7 @@ def measure_peak(device: torch.device, precision: str, seconds: float = 1.0) -> 
 
 
 def cache_file() -> Path:
-    from ablate.data.tokenizer import cache_dir
+    from ablate.files import cache_dir
 
     return cache_dir() / "peak_flops.v3.json"  # v3: emulated bf16 as ablate.train.bf16 computes it; v2: only quiet ones
 
