@@ -104,3 +104,43 @@ def test_length_ratio_is_sacrebleus_ratio_and_sets_its_brevity_penalty():
         assert ratio == pytest.approx(score.sys_len / score.ref_len)
         assert score.bp == pytest.approx(min(1.0, np.exp(1 - 1 / ratio)))
     assert ratios[0] == 1.0 and ratios[0] > ratios[1] > ratios[2]  # seed 1 copies every reference; 3 and 5 cut more
+
+
+def test_an_arms_resamples_are_scored_once_and_the_interval_is_the_same(monkeypatch):
+    """The baseline is resampled for every row it is compared with: its scores are kept, not computed again, and
+    the interval is what a fresh computation gives."""
+    from ablate.report import significance
+
+    rng = np.random.default_rng(4)
+    sentences = rng.normal(0, 0.5, 100)
+    base, rows = arm(rng, sentences, 3, 0.0, 0.1), [arm(rng, sentences, 3, q, 0.1) for q in (0.2, 0.5)]
+    scored = []
+
+    def counting(sums: np.ndarray) -> np.ndarray:
+        scored.append(len(sums))
+        return mean_score(sums)
+
+    first = [delta_interval(base, row, counting, resamples=100) for row in rows]
+    assert scored.count(300) == 3  # the baseline's 100 resamples of 3 seeds once, each row's once
+    monkeypatch.setattr(significance, "_RESAMPLED", {})
+    again = [delta_interval(base, row, counting, resamples=100) for row in rows]
+    assert [(i.low, i.high) for i in first] == [(i.low, i.high) for i in again]
+
+
+def test_per_sentence_statistics_are_kept_in_the_cache_and_a_damaged_entry_is_made_again(tmp_path, monkeypatch):
+    from ablate.report.results import cached_statistics
+
+    monkeypatch.setenv("ABLATE_CACHE_DIR", str(tmp_path))
+    computed = []
+
+    def compute():
+        computed.append(1)
+        return np.arange(12, dtype=np.float64).reshape(3, 4)
+
+    first = cached_statistics("refs", "hyps", compute)
+    again = cached_statistics("refs", "hyps", compute)
+    assert len(computed) == 1 and np.array_equal(first, again)
+    assert len(computed) == 1 and cached_statistics("refs", "other hyps", compute) is not None and len(computed) == 2
+    for entry in (tmp_path / "bleu-statistics").iterdir():
+        entry.write_bytes(b"cut off")
+    assert np.array_equal(cached_statistics("refs", "hyps", compute), first) and len(computed) == 3

@@ -175,6 +175,8 @@ def _resampled(stats: np.ndarray, score: Scorer, resamples: int, seed: int) -> n
     every row, at every budget point, with the same baseline."""
     key = (hashlib.sha256(stats.tobytes()).hexdigest(), stats.shape, score, resamples, seed)
     if key not in _RESAMPLED:
+        if len(_RESAMPLED) >= 256:  # a report holds a few dozen arms; a simulation would hold thousands
+            _RESAMPLED.clear()
         n, k = stats.shape[1:]
         rng = np.random.default_rng(seed)
         weights = rng.multinomial(n, np.full(n, 1 / n), size=resamples).astype(np.float64)  # (R, N) sentence counts
