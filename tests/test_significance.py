@@ -144,3 +144,36 @@ def test_per_sentence_statistics_are_kept_in_the_cache_and_a_damaged_entry_is_ma
     for entry in (tmp_path / "bleu-statistics").iterdir():
         entry.write_bytes(b"cut off")
     assert np.array_equal(cached_statistics("refs", "hyps", compute), first) and len(computed) == 3
+
+
+def test_the_t_and_normal_tails_are_scipy_stats_own_without_importing_it():
+    """significance.t_ppf and t_sf, decide's O'Brien-Fleming spending and seeds_for's power read scipy.special as
+    scipy.stats does: the same numbers to the last bit (the power's sf to 1e-15, and the same seed counts)."""
+    from scipy.stats import nct, norm, t
+
+    from ablate.report.decide import _obrien_fleming
+    from ablate.report.significance import seeds_needed, t_ppf, t_sf
+
+    q = np.array([0.5, 0.9, 0.95, 0.975, 0.99, 0.995, 0.9995, 1 - 1e-9])
+    x = np.array([-30.0, -2.5, -0.0, 0.0, 0.3, 1.96, 4.0, 40.0])
+    for df in [1, 2, 3.7, 4, 9.5, 30, 999, 1e6, np.inf]:
+        assert np.array_equal(t_ppf(q, df), t.ppf(q, df)) and np.array_equal(t_sf(x, df), t.sf(x, df))
+        assert float(t_ppf(0.975, df)) == float(t.ppf(0.975, df))  # scalars as the report passes them
+    for alpha in [0.01, 0.05, 0.1]:
+        for look in [0.2, 1 / 3, 0.5, 0.8, 1.0]:
+            assert _obrien_fleming(look, alpha) == float(2 * norm.sf(norm.isf(alpha / 2) / np.sqrt(look)))
+    for df, shift in [(2, 0.5), (4, 2.0), (8, 2.8), (30, 3.1), (98, 1.0)]:
+        critical = float(t.ppf(0.975, df))
+        ours = 1.0 - nct.cdf(critical, df, shift) + nct.cdf(-critical, df, shift)
+        assert abs(ours - (nct.sf(critical, df, shift) + nct.cdf(-critical, df, shift))) < 1e-15
+
+    def scipys(delta, sd, power=0.8, alpha=0.05, most=1000):
+        for n in range(2, most + 1):
+            df, shift = 2 * n - 2, abs(delta) / (sd * np.sqrt(2 / n))
+            critical = float(t.ppf(1 - alpha / 2, df))
+            if nct.sf(critical, df, shift) + nct.cdf(-critical, df, shift) >= power:
+                return str(n)
+        return f"> {most}"
+
+    for delta, sd in [(0.1, 0.3), (0.2, 0.3), (0.5, 0.4), (1.0, 0.3), (0.05, 0.5), (2.0, 0.1)]:
+        assert seeds_needed(delta, sd) == scipys(delta, sd), (delta, sd)

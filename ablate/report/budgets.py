@@ -35,6 +35,7 @@ from ablate.report.significance import (
     no_spread_note,
     pooled_sd,
     seeds_for,
+    t_ppf,
 )
 from ablate.report.verdicts import Declared
 from ablate.rundir import (
@@ -383,8 +384,6 @@ def _alone_hashes(job: JobRecord, key: str, budget: float) -> list[str]:
 
 
 def _reproduced(run: str, job: JobRecord, point: BudgetPoint, other: Path, split: str) -> dict[str, Any]:
-    from scipy.stats import t
-
     ours, theirs = job.result, read_result(other)
     bleu, their_bleu = point.bleu(split), theirs.bleu(split) if theirs else None
     # CPU kernels alone are deterministic, on one device name (model, ISA, threads), precision and torch
@@ -405,7 +404,7 @@ def _reproduced(run: str, job: JobRecord, point: BudgetPoint, other: Path, split
     if len(seeds) < 2:
         return row | {"machine": "other", "verdict": "not judged: the other run has one seed, no spread"}
     n, mean, sd = len(seeds), statistics.fmean(seeds), statistics.stdev(seeds)
-    half = float(t.ppf(0.975, n - 1)) * sd * math.sqrt(1 + 1 / n)
+    half = float(t_ppf(0.975, n - 1)) * sd * math.sqrt(1 + 1 / n)
     inside = abs(bleu - mean) <= half
     return row | {"machine": "other: seed spread",
                   "verdict": f"{'within' if inside else 'OUTSIDE'} {mean:.2f} ± {half:.2f} ({n} seeds)"}  # fmt: skip

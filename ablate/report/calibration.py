@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ablate.report.decide import BETTER, EQUIVALENT, UNDECIDED, WORSE, false_verdict
-from ablate.report.significance import ALPHA, Spread, df_cap, seed_df
+from ablate.report.significance import ALPHA, Spread, df_cap, seed_df, t_ppf, t_sf
 
 SENTENCES = 1000  # test2016's sentences: the test-set term's degrees of freedom are SENTENCES - 1
 
@@ -83,15 +83,13 @@ def calibrate(cell: Cell, margin: float | None = 1.0, experiments: int = 20_000,
 
     The verdict is decide.judge's for one row: equivalent where TOST rejects at `alpha`, else better or worse where
     the two-sided test of ΔBLEU = 0 does, else undecided; a row without seeds counted is undecided (1 seed)."""
-    from scipy.stats import t
-
     delta, se, df, seeds = intervals(cell, experiments, np.random.default_rng(seed), spread, cap)
-    half = t.ppf(0.975, df) * se
+    half = t_ppf(0.975, df) * se
     covered = np.abs(delta - cell.delta) <= half
-    p_zero = 2 * t.sf(np.abs(delta) / se, df)
+    p_zero = 2 * t_sf(np.abs(delta) / se, df)
     verdict = np.where(p_zero < alpha, np.where(delta > 0, BETTER, WORSE), UNDECIDED).astype(object)
     if margin is not None:
-        p_tost = np.maximum(t.sf((delta + margin) / se, df), t.sf((margin - delta) / se, df))
+        p_tost = np.maximum(t_sf((delta + margin) / se, df), t_sf((margin - delta) / se, df))
         verdict[p_tost < alpha] = EQUIVALENT
     verdict[~seeds] = UNDECIDED
     shares = {v: float(np.mean(verdict == v)) for v in (BETTER, WORSE, EQUIVALENT, UNDECIDED)}

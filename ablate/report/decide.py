@@ -45,7 +45,7 @@ from typing import TypeVar
 import numpy as np
 
 from ablate.errors import UserError
-from ablate.report.significance import ALPHA, Interval, holm, seed_interval
+from ablate.report.significance import ALPHA, Interval, holm, seed_interval, t_sf
 
 K = TypeVar("K")  # a row: a run, or a (run, budget)
 
@@ -58,9 +58,10 @@ def _pocock(t: float, alpha: float) -> float:
 
 
 def _obrien_fleming(t: float, alpha: float) -> float:
-    from scipy.stats import norm
+    from scipy.special import ndtr, ndtri
 
-    return float(2 * norm.sf(norm.isf(alpha / 2) / math.sqrt(t))) if t > 0 else 0.0
+    # scipy.stats.norm's sf(isf(alpha / 2) / sqrt(t)), computed as it computes them, without importing scipy.stats
+    return float(2 * ndtr(-(-ndtri(alpha / 2) / math.sqrt(t)))) if t > 0 else 0.0
 
 
 # Lan & DeMets's spending functions: the α spent by information fraction t, f(0) = 0, f(1) = α. Pocock's spends
@@ -123,12 +124,10 @@ class Design:
 def tost_p(interval: Interval, margin: float) -> float:
     """The p-value of two one-sided tests (Schuirmann 1987): the larger of the one-sided p-values of ΔBLEU ≤ −margin
     and of ΔBLEU ≥ +margin, under the interval's t distribution."""
-    from scipy.stats import t
-
     if interval.se == 0:
         return 0.0 if abs(interval.delta) < margin else 1.0
-    below = t.sf((interval.delta + margin) / interval.se, interval.df)
-    above = t.sf((margin - interval.delta) / interval.se, interval.df)
+    below = t_sf((interval.delta + margin) / interval.se, interval.df)
+    above = t_sf((margin - interval.delta) / interval.se, interval.df)
     return float(max(below, above))
 
 

@@ -35,7 +35,7 @@ import math
 import statistics
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, replace
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -44,6 +44,22 @@ MAX_SEEDS = 1000  # a power analysis that needs more says so instead of a number
 
 K = TypeVar("K")
 Scorer = Callable[[np.ndarray], np.ndarray]  # summed statistics (M, K) -> one corpus score each (M,)
+
+
+def t_ppf(q: Any, df: Any) -> Any:
+    """scipy.stats.t.ppf(q, df), computed as scipy.stats computes it (scipy.special.stdtrit), without importing
+    scipy.stats: that import takes about 2 s of a core, in every report and every sweep's table
+    (tests/test_significance.py holds the two equal)."""
+    from scipy.special import stdtrit
+
+    return stdtrit(df, q)
+
+
+def t_sf(x: Any, df: Any) -> Any:
+    """scipy.stats.t.sf(x, df), computed as scipy.stats computes it (scipy.special.stdtr at -x)."""
+    from scipy.special import stdtr
+
+    return stdtr(df, np.negative(x))
 
 
 @dataclass(frozen=True)
@@ -72,27 +88,21 @@ class Interval:
     @property
     def se(self) -> float:
         """The standard error of delta: the root of its variances, or from the half-width and its t quantile."""
-        from scipy.stats import t
-
         if any(self.terms):
             return math.sqrt(sum(self.terms))
         if self.high == self.low:
             return 0.0
-        return (self.high - self.low) / 2 / float(t.ppf(0.5 + self.level / 2, self.df))
+        return (self.high - self.low) / 2 / float(t_ppf(0.5 + self.level / 2, self.df))
 
     def p_value(self) -> float:
         """The two-sided p of delta = 0 under the interval's t distribution: 2·P(T_df > |delta| / se)."""
-        from scipy.stats import t
-
         if self.se == 0:
             return 0.0 if self.delta else 1.0
-        return float(2 * t.sf(abs(self.delta) / self.se, self.df))
+        return float(2 * t_sf(abs(self.delta) / self.se, self.df))
 
     def at(self, level: float) -> Interval:
         """The same estimate at another confidence level: delta ∓ t(0.5 + level/2; df)·se."""
-        from scipy.stats import t
-
-        half = float(t.ppf(0.5 + level / 2, self.df)) * self.se
+        half = float(t_ppf(0.5 + level / 2, self.df)) * self.se
         return replace(self, low=self.delta - half, high=self.delta + half, level=level)
 
 
@@ -100,15 +110,13 @@ def t_interval(delta: float, terms: tuple[float, float, float], dfs: tuple[float
                seeds: bool = True) -> Interval:  # fmt: skip
     """delta ± t(0.5 + level/2; ν)·√(sum of the variances), ν by Welch-Satterthwaite from each term's degrees of
     freedom; a term with 0 degrees of freedom is not counted."""
-    from scipy.stats import t
-
     kept = [(v, d) for v, d in zip(terms, dfs, strict=True) if d > 0]
     variance = sum(v for v, _ in kept)
     counted = tuple(v if d > 0 else 0.0 for v, d in zip(terms, dfs, strict=True))
     if variance == 0:
         return Interval(delta, delta, delta, seeds, float("inf"), level, counted)
     df = variance**2 / sum(v**2 / d for v, d in kept if v > 0)
-    half = float(t.ppf(0.5 + level / 2, df)) * variance**0.5
+    half = float(t_ppf(0.5 + level / 2, df)) * variance**0.5
     return Interval(delta, delta - half, delta + half, seeds, df, level, counted)
 
 
@@ -224,8 +232,6 @@ def seed_interval(delta: float, v_test: float, sentences: int, baseline: Sequenc
     quantile's degrees of freedom are Welch-Satterthwaite's capped at 2·(s − 1), s the smaller arm's seeds
     (`seed_df`). An arm of one seed leaves the seed level out (`seeds` False), unless a `spread` is borrowed:
     then both arms' means vary with its sd, and the degrees of freedom are capped at its own."""
-    from scipy.stats import t
-
     s_b, s_v = len(baseline), len(system)
     if s_b > 1 and s_v > 1:
         terms = (v_test, float(np.var(baseline, ddof=1)) / s_b, float(np.var(system, ddof=1)) / s_v)
@@ -239,7 +245,7 @@ def seed_interval(delta: float, v_test: float, sentences: int, baseline: Sequenc
     if variance == 0:
         return Interval(delta, delta, delta, True, float("inf"), level, terms, borrowed)
     df = seed_df(terms, dfs, cap)
-    half = float(t.ppf(0.5 + level / 2, df)) * variance**0.5
+    half = float(t_ppf(0.5 + level / 2, df)) * variance**0.5
     return Interval(delta, delta - half, delta + half, True, df, level, terms, borrowed)
 
 
@@ -294,7 +300,7 @@ def pooled_sd(a: list[float], b: list[float]) -> float | None:
 
 def seeds_needed(delta: float, sd: float, alpha: float = ALPHA, power: float = POWER) -> str:
     """Seeds per arm for a two-sample t-test to detect `delta` at seed spread `sd` (noncentral t power)."""
-    from scipy.stats import nct, t
+    from scipy.special import nctdtr
 
     if delta == 0:
         return f"> {MAX_SEEDS}"
@@ -302,8 +308,10 @@ def seeds_needed(delta: float, sd: float, alpha: float = ALPHA, power: float = P
         return "2"
     for n in range(2, MAX_SEEDS + 1):
         df, shift = 2 * n - 2, abs(delta) / (sd * math.sqrt(2 / n))
-        critical = float(t.ppf(1 - alpha / 2, df))
-        if float(nct.sf(critical, df, shift) + nct.cdf(-critical, df, shift)) >= power:
+        critical = float(t_ppf(1 - alpha / 2, df))
+        # P(|T| > critical) for T noncentral t: scipy.stats.nct's cdf is scipy.special.nctdtr, read here without
+        # importing scipy.stats; its sf is 1 - cdf to within 1e-15 (tests/test_significance.py)
+        if 1.0 - float(nctdtr(df, shift, critical)) + float(nctdtr(df, shift, -critical)) >= power:
             return str(n)
     return f"> {MAX_SEEDS}"
 

@@ -337,11 +337,11 @@ def _ratio(values: Sequence[float], base: Sequence[float]) -> Ratio | None:
 
 def _t_half(logs: Sequence[float]) -> float:
     """The 95% half-width of the mean of `logs`; infinite with fewer than two."""
-    from scipy.stats import t
+    from ablate.report.significance import t_ppf
 
     if len(logs) < 2:
         return math.inf
-    return float(t.ppf(0.975, len(logs) - 1)) * statistics.stdev(logs) / math.sqrt(len(logs))
+    return float(t_ppf(0.975, len(logs) - 1)) * statistics.stdev(logs) / math.sqrt(len(logs))
 
 
 def _half_width(values: Sequence[float], base: Subject) -> float:
