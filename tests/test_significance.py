@@ -89,6 +89,32 @@ def test_bleu_statistics_sum_to_sacrebleus_corpus_bleu():
     assert not interval.seeds and interval.excludes_zero
 
 
+def test_corpus_bleu_is_sacrebleus_score_row_by_row_zeros_and_short_corpora_included():
+    """The vectorised score equals sacreBLEU's `_compute_score_from_stats` on random statistics and on each edge
+    its rule has: an order without a match (smoothed, the k-th by 2^k), an order without n-grams (it and the
+    orders after it count 0), no match at all, empty hypotheses, hypotheses longer and shorter than the reference."""
+    from sacrebleu.metrics import BLEU
+
+    from ablate.report.significance import corpus_bleu
+
+    rng = np.random.default_rng(3)
+    total = rng.integers(0, 400, size=(4000, 4)).cumsum(axis=1)[:, ::-1]  # more 1-grams than 4-grams, as in text
+    correct = (total * rng.random((4000, 4))).astype(int)
+    correct[rng.random((4000, 4)) < 0.15] = 0  # orders without a match
+    total[rng.random(4000) < 0.1, 2:] = 0  # corpora of sentences under 3 words: no 3- or 4-grams
+    correct = np.minimum(correct, total)
+    correct[rng.random(4000) < 0.05] = 0  # no match at any order
+    sys_len = total[:, 0] * (rng.random(4000) < 0.97)  # a few empty outputs
+    ref_len = (total[:, 0] * rng.uniform(0.7, 1.3, 4000)).astype(int)
+    rows = np.column_stack([sys_len, ref_len, correct, total]).astype(np.float64)
+    metric = BLEU()
+    expected = np.array([metric._compute_score_from_stats(list(row)).score for row in rows])
+    mine = corpus_bleu(rows)
+    assert np.abs(mine - expected).max() < 1e-9 * max(1.0, expected.max())
+    assert (mine == 0).sum() == (expected == 0).sum() > 100  # the zeros are the same rows, and there are many
+    assert ((mine > 0) & (rows[:, 2:6] == 0).any(axis=1)).sum() > 100  # and smoothed orders were scored
+
+
 def test_length_ratio_is_sacrebleus_ratio_and_sets_its_brevity_penalty():
     from sacrebleu.metrics import BLEU
 
