@@ -39,8 +39,13 @@ if not os.environ.get("ABLATE_DATA_DIR") and (ROOT.parent / "shared" / "corpora"
 
 @pytest.fixture(autouse=True, scope="session")
 def _cache(tmp_path_factory):
-    """Vocabularies are cached in a temporary directory, shared by the whole session."""
-    os.environ["ABLATE_CACHE_DIR"] = str(tmp_path_factory.mktemp("cache"))
+    """ablate's cache (vocabularies, BLEU statistics, the machine's peak) in a temporary directory shared by the
+    whole session, xdist's workers included: what one worker computed the other reads (the cache's writes are
+    atomic, so two workers making the same entry at once each write a whole file)."""
+    base = tmp_path_factory.getbasetemp()
+    folder = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "cache"
+    folder.mkdir(exist_ok=True)
+    os.environ["ABLATE_CACHE_DIR"] = str(folder)
 
 
 def tiny_spec(**changes) -> ModelSpec:

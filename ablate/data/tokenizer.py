@@ -15,7 +15,7 @@ from pydantic import Field, PositiveInt
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 
 from ablate.config import Section
-from ablate.files import cache_dir
+from ablate.files import cache_dir, write_text
 
 PAD, BOS, EOS, UNK = 0, 1, 2, 3
 SPECIALS = ["<pad>", "<s>", "</s>", "<unk>"]  # ids 0..3, in this order, in every vocabulary
@@ -59,9 +59,9 @@ class Vocabulary:
         return cls(tokenizer)
 
     def save(self, path: Path) -> None:
-        tmp = path.with_name(f".{path.name}.tmp")
-        self.tokenizer.save(str(tmp))
-        tmp.replace(path)
+        """Atomically, through a temporary file of its own: two processes that train the same vocabulary at once
+        (two sweeps, two test workers sharing a cache) each write a whole file, and the last one stays."""
+        write_text(path, self.tokenizer.to_str(pretty=True))
 
     @classmethod
     def load(cls, path: Path) -> Vocabulary:
