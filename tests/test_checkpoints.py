@@ -117,7 +117,7 @@ def test_epoch_checkpoints_average_the_last_whole_passes_through_the_cli(tmp_pat
     passes' ends, read here from the epoch each step logged, and not the partial pass a step cap cuts off."""
     args = [str(SMOKE), "--only", "baseline", "--set", "training.max_steps=45",
             "--set", "training.validate_every=epoch", "--set", "training.checkpoint_every=epoch",
-            "--set", "evaluation.average_checkpoints=2", "--set", "data.max_pairs=600",
+            "--set", "evaluation.average_checkpoints=2", "--set", "data.max_pairs=300",
             "--set", "evaluation.beam_size=1", "--set", "evaluation.max_extra_len=5",
             "--results", str(tmp_path), "--threads-per-run", "1"]  # fmt: skip
     run = cli("run", *args)
