@@ -1,13 +1,14 @@
 """`ablate check`: exact on the machine that made a reference, within seed noise elsewhere; real regressions fail.
 
-A small reference is made here with `--update`: 5 seeds of tiny.yaml's model cut to 1+1 layers, 200 steps, 1 thread
-each, side by side. With 3 seeds the 1% false-alarm multiple is 19.95 sd; with 5 it is 6.85, and a halved learning
-rate lands 20.8 sd from the seeds' mean loss curve (measured on an AVX2 EPYC; 2+2 layers at 100 steps gave 4.6 sd,
-which passed). Checked on this machine it is compared exactly; with 2 threads, which change the round-off as
-another CPU would, it is judged within seed noise and passes (1.5 sd); with the learning rate halved it fails, in
-the noise mode too. Pre-LN for Post-LN (3.0 sd) and the tutorial's sqrt(d_model) scaling (1.4 sd) stay within
-seed noise this early: only Pre-LN's final norms, in the exactly compared parameter count, would give one away,
-and that row is tested without training below.
+A small reference is made here with `--update`: 5 seeds of tiny.yaml's model cut to 1+1 layers, 200 steps of
+750-token batches, 1 thread each, side by side. With 3 seeds the 1% false-alarm multiple is 19.95 sd; with 5 it is
+6.85, and a halved learning rate lands 11.8 sd from the seeds' mean loss curve, its BLEU 7.0 sd from theirs
+(measured on an AVX2 EPYC; with 1,500-token batches it was 20.8 sd, and 2+2 layers at 100 steps gave 4.6 sd, which
+passed). Checked on this machine it is compared exactly; with 2 threads, which change the round-off as another CPU
+would, it is judged within seed noise and passes (0.6 sd); with the learning rate halved it fails, in the noise
+mode too. Pre-LN for Post-LN (3.0 sd) and the tutorial's sqrt(d_model) scaling (1.4 sd) stayed within seed noise
+this early (measured with 1,500-token batches): only Pre-LN's final norms, in the exactly compared parameter count,
+would give one away, and that row is tested without training below.
 """
 
 import hashlib
@@ -37,8 +38,8 @@ class Small:
 
 @pytest.fixture(scope="module")
 def made(tmp_path_factory) -> Small:
-    """A reference file made here: tiny.yaml's model with 1+1 layers on 2,000 pairs for 200 steps, 5 seeds, 1 thread
-    each. Seeds 1-4 trained as a sweep (`ablate run --seeds 4 --threads-per-run 1`), read by `--update
+    """A reference file made here: tiny.yaml's model with 1+1 layers on 2,000 pairs for 200 steps of 750 tokens,
+    5 seeds, 1 thread each. Seeds 1-4 trained as a sweep (`ablate run --seeds 4 --threads-per-run 1`), read by `--update
     --from-results`, which trains the fifth itself."""
     folder = tmp_path_factory.mktemp("reference")
     source = folder / "small.yaml"
@@ -47,7 +48,7 @@ name: small
 extends: {ROOT / "experiments" / "reference" / "tiny.yaml"}
 model: {{encoder_layers: 1, decoder_layers: 1}}
 data: {{max_pairs: 2000, test: [test_2017_mscoco]}}
-training: {{max_steps: 200, validate_every: 50}}
+training: {{max_steps: 200, validate_every: 50, max_tokens: 750}}
 """)  # fmt: skip
     path = folder / "small-ref.yaml"
     path.write_text(yaml.safe_dump({
