@@ -58,3 +58,32 @@ def test_the_cache_follows_the_training_files_content_not_their_paths(tmp_path):
     assert "▁zebra" in vocabulary(corpus(tmp_path / "a", "zebra"))
     assert "▁walrus" in vocabulary(corpus(tmp_path / "a", "walrus"))  # edited in place
     assert "▁okapi" in vocabulary(corpus(tmp_path / "b", "okapi"))  # another directory, the same relative paths
+
+
+def test_vocabularies_saved_at_once_to_one_path_each_write_a_whole_file(tmp_path):
+    """Two sweeps (or two test workers) sharing a cache may train the same vocabulary at once: each save goes through
+    a temporary file of its own, so none fails on another's rename and the file left is whole and loads."""
+    import os
+    import threading
+
+    from ablate.data.tokenizer import Vocabulary
+
+    vocabulary = Vocabulary.train((f"a sentence number {i} of a few words" for i in range(200)), 60, 1)
+    path = tmp_path / "joint.json"
+    failures: list[BaseException] = []
+
+    def save() -> None:
+        try:
+            for _ in range(20):
+                vocabulary.save(path)
+        except BaseException as error:  # the test reports it
+            failures.append(error)
+
+    threads = [threading.Thread(target=save) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert not failures
+    assert Vocabulary.load(path).encode(["a sentence"]) == vocabulary.encode(["a sentence"])
+    assert os.listdir(tmp_path) == ["joint.json"]  # no temporary file left behind
