@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from ablate.report.results import load_results, references
-from ablate.report.significance import bleu_scorer, bleu_statistics, delta_interval
+from ablate.report.significance import bleu_statistics, corpus_bleu, delta_interval
 from tests.conftest import ROOT, cli
 
 SMOKE = ROOT / "experiments" / "smoke.yaml"
@@ -169,7 +169,7 @@ def test_with_one_seed_the_interval_is_test_set_sampling_alone_and_says_so(sweep
     def stats(run):
         return np.stack([bleu_statistics(j.hypotheses(SPLIT), refs, False) for j in exp.runs[run]])
 
-    expected = delta_interval(stats("baseline,lr=0.01"), stats("pre_ln,lr=0.01"), bleu_scorer(False))
+    expected = delta_interval(stats("baseline,lr=0.01"), stats("pre_ln,lr=0.01"), corpus_bleu)
     row = table["pre_ln,lr=0.01"]
     assert row["CI over"] == "sentences" and not expected.seeds
     assert float(row["ΔBLEU lo"]) == pytest.approx(expected.low, abs=0.006)

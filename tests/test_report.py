@@ -228,7 +228,7 @@ def test_the_paper_base_is_what_the_spec_defaults_and_paper_recipe_say():
 def test_delta_bleu_intervals_cover_seeds_and_sentences(results):
     import numpy as np
 
-    from ablate.report.significance import bleu_scorer, bleu_statistics, delta_interval, pooled_sd, seeds_needed
+    from ablate.report.significance import bleu_statistics, corpus_bleu, delta_interval, pooled_sd, seeds_needed
 
     exp = load_results(results)
     refs = _references(exp)
@@ -236,7 +236,7 @@ def test_delta_bleu_intervals_cover_seeds_and_sentences(results):
     def stats(run):
         return np.stack([bleu_statistics(j.hypotheses(SPLIT), refs, False) for j in exp.runs[run]])
 
-    expected = delta_interval(stats("baseline"), stats("pre_ln"), bleu_scorer(False))
+    expected = delta_interval(stats("baseline"), stats("pre_ln"), corpus_bleu)
     table = {r["run"]: r for r in csv.DictReader(io.StringIO(report(results, "--format", "csv", "--no-files")))}
     row = table["pre_ln"]
     assert row["CI over"] == "seeds, sentences" and expected.seeds
@@ -301,13 +301,13 @@ def test_verdicts_follow_the_interval_and_the_declared_margin(results, tmp_path)
     import numpy as np
 
     from ablate.report.decide import tost
-    from ablate.report.significance import bleu_scorer, bleu_statistics, delta_interval
+    from ablate.report.significance import bleu_statistics, corpus_bleu, delta_interval
 
     exp = load_results(results)
     refs = _references(exp)
     stats = {run: np.stack([bleu_statistics(j.hypotheses(SPLIT), refs, False) for j in exp.runs[run]])
              for run in ("baseline", "pre_ln")}  # fmt: skip
-    interval = delta_interval(stats["baseline"], stats["pre_ln"], bleu_scorer(False))
+    interval = delta_interval(stats["baseline"], stats["pre_ln"], corpus_bleu)
     inner = interval.at(0.90)
     edge = max(-inner.low, inner.high)  # the smallest margin that holds the 90% interval
 

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from ablate.report.significance import bleu_scorer, bleu_statistics, delta_interval
+from ablate.report.significance import bleu_statistics, corpus_bleu, delta_interval
 
 
 def mean_score(sums: np.ndarray) -> np.ndarray:
@@ -82,9 +82,9 @@ def test_bleu_statistics_sum_to_sacrebleus_corpus_bleu():
     stats = bleu_statistics(hyps, refs, lowercase=False)
     assert stats.shape[0] == 50
     expected = BLEU().corpus_score(hyps, [refs]).score
-    assert bleu_scorer(False)(stats.sum(0, keepdims=True))[0] == pytest.approx(expected, abs=1e-9)
+    assert corpus_bleu(stats.sum(0, keepdims=True))[0] == pytest.approx(expected, abs=1e-9)
     better = [" ".join([*r.split()[:7], rng.choice(words)]) for r in refs]
-    interval = delta_interval(stats[None], bleu_statistics(better, refs, False)[None], bleu_scorer(False))
+    interval = delta_interval(stats[None], bleu_statistics(better, refs, False)[None], corpus_bleu)
     assert interval.delta == pytest.approx(BLEU().corpus_score(better, [refs]).score - expected)
     assert not interval.seeds and interval.excludes_zero
 
@@ -94,8 +94,6 @@ def test_corpus_bleu_is_sacrebleus_score_row_by_row_zeros_and_short_corpora_incl
     its rule has: an order without a match (smoothed, the k-th by 2^k), an order without n-grams (it and the
     orders after it count 0), no match at all, empty hypotheses, hypotheses longer and shorter than the reference."""
     from sacrebleu.metrics import BLEU
-
-    from ablate.report.significance import corpus_bleu
 
     rng = np.random.default_rng(3)
     total = rng.integers(0, 400, size=(4000, 4)).cumsum(axis=1)[:, ::-1]  # more 1-grams than 4-grams, as in text

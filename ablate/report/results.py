@@ -144,7 +144,7 @@ class SentenceStatistics:
     Raises UserError when the split's references cannot be read (the corpus is not where the config says)."""
 
     def __init__(self, config: dict[str, Any], split: str):
-        from ablate.report.significance import bleu_scorer
+        from ablate.report.significance import corpus_bleu
 
         self.split, self.lowercase = split, bool(config.get("evaluation", {}).get("lowercase", False))
         self.references, self._against, self._seen = _test_set(config, split, self.lowercase)
@@ -152,7 +152,7 @@ class SentenceStatistics:
 
         joined = "\n".join(self.references)
         self._key = f"{hashlib.sha256(joined.encode()).hexdigest()} lowercase={self.lowercase} {sacrebleu.__version__}"
-        self.score = bleu_scorer(self.lowercase)
+        self.score = corpus_bleu
         self._of: dict[Path, Any] = {}
 
     def of(self, jobs: list[JobRecord]):

@@ -149,14 +149,9 @@ def length_ratio(stats: np.ndarray) -> np.ndarray:
     return sums[:, 0] / sums[:, 1]
 
 
-def bleu_scorer(lowercase: bool) -> Scorer:
-    """Corpus BLEU of each row of summed statistics, as sacreBLEU computes it (its bootstrap does the same).
-    Lowercasing acts on the statistics, not on their score: the scorer is the same either way."""
-    return corpus_bleu
-
-
 def corpus_bleu(sums: np.ndarray) -> np.ndarray:
-    """(M, 10) summed statistics -> (M,) corpus BLEU: sacreBLEU's `compute_bleu` (4-grams, its default `exp`
+    """(M, 10) summed statistics -> (M,) corpus BLEU, as sacreBLEU computes it (its bootstrap does the same;
+    lowercasing acts on the statistics, not on their score): sacreBLEU's `compute_bleu` (4-grams, its default `exp`
     smoothing, no effective order), for every row at once. A bootstrap scores thousands of rows, which sacreBLEU
     does one Python call a row; tests/test_significance.py holds the two equal on rows with every kind of zero.
 
