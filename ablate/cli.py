@@ -552,7 +552,7 @@ def cmd_data(args: argparse.Namespace) -> int:
 
 
 def cmd_parts(args: argparse.Namespace) -> int:
-    import ablate.train.spec  # noqa: F401 (the built-in parts of every slot register as the spec imports them)
+    import ablate.train.spec  # noqa: F401 (every slot's built-in parts are declared as the spec imports them)
     from ablate.registry import part_rows
 
     title = "Registered parts: a spec names one per slot, `slot: part` or `slot: {name: part, param: value}`"

@@ -1,9 +1,9 @@
 """What every spec section is built from: strict pydantic models, fields that name a registered part, and how
 a section reads as dotted keys.
 
-Every section lives beside the code that uses it (ModelSpec in model/spec.py, DataSpec in data/dataset.py,
-TokenizerSpec in data/tokenizer.py, TrainingSpec in train/trainer.py, EvaluationSpec in train/evaluation.py),
-and train/spec.py's RunSpec assembles them; they all import this, and it imports nothing of theirs.
+Every section lives in a torch-free module of the wing that uses it (ModelSpec in model/spec.py, DataSpec in
+data/spec.py, TokenizerSpec in data/tokenizer.py, TrainingSpec and EvaluationSpec in train/spec.py), and
+train/spec.py's RunSpec assembles them; they all import this, and it imports nothing of theirs.
 """
 
 from __future__ import annotations

@@ -1,16 +1,21 @@
-"""The registry: one slot per ablation axis, each holding parts registered by name.
+"""The registry: one slot per ablation axis, each holding parts by name.
 
-A part is a class registered with a decorator. It carries its own pydantic `Params`
-model, so both `positions: learned` and `positions: {name: learned, max_len: 512}`
-validate, and the slot is where a spec's name for a part becomes the class that builds it:
+A part is a class. Its declaration says what a spec may write: its name, what it is (the docstring), its own
+pydantic `Params` and the dimensions it needs (`check`), so that both `positions: learned` and
+`positions: {name: learned, max_len: 512}` validate, without torch. The class that builds it subclasses the
+declaration and is registered under the same name; the slot is where a spec's name for a part becomes that class:
 
-    @POSITIONS.register("learned")
+    @POSITIONS.declare("learned")                      # ablate/parts/declared.py: no torch
     class LearnedPositions(Positions):
         class Params(PartParams):
             max_len: PositiveInt = 1024
 
-A plugin is a module (or a .py file) that registers parts when imported; an experiment file's `plugins:`
-names it, and `load_plugin` imports it, in the sweep and again in each worker.
+    @POSITIONS.register("learned")                     # ablate/parts/positions.py: the nn.Module
+    class LearnedPositions(declared.LearnedPositions, Positions): ...
+
+A class registered under a name nobody declared declares itself, its Params and check on it: a plugin's parts,
+the schedules and the corpora. A plugin is a module (or a .py file) that registers parts when imported; an
+experiment file's `plugins:` names it, and `load_plugin` imports it, in the sweep and again in each worker.
 """
 
 from __future__ import annotations
@@ -66,7 +71,13 @@ class PartSpec:
 
     @property
     def cls(self) -> type[Part]:
+        """The class that builds the part (its module imported: ablate.model.transformer imports the built-in ones)."""
         return REGISTRY[self.slot][self.name]
+
+    @property
+    def declared(self) -> type[Part]:
+        """The part's declaration: its Params, its check and what its slot asks of it, without torch."""
+        return REGISTRY[self.slot].declaration(self.name)
 
     def non_default_params(self) -> dict[str, Any]:
         """The parameters that differ from their defaults; a required parameter (no default) always counts."""
@@ -86,39 +97,77 @@ class PartSpec:
 
 
 class Slot(Generic[T]):
-    """One ablation axis: the parts that may fill it, all subclasses of `base`."""
+    """One ablation axis: the parts a spec may name in it (declared, all subclasses of `base`) and the classes that
+    build them (registered, each a subclass of its declaration)."""
 
     def __init__(self, name: str, base: type[T], description: str):
         self.name = name
         self.base = base
         self.description = description
+        self.declared: dict[str, type[T]] = {}
         self.parts: dict[str, type[T]] = {}
 
+    def _admit(self, name: str, cls: type[T]) -> None:
+        if not (isinstance(cls, type) and issubclass(cls, self.base)):
+            raise TypeError(f"{self.name}: part '{name}' must subclass {self.base.__name__}, got {cls!r}")
+        if not issubclass(cls.Params, PartParams):
+            raise TypeError(f"{self.name}: {cls.__name__}.Params must subclass PartParams")
+
+    def declare(self, name: str) -> Callable[[type[T]], type[T]]:
+        """Class decorator: makes the class what a spec knows of the part `name`, before any code builds it."""
+
+        def add(cls: type[T]) -> type[T]:
+            if name in self.declared:
+                raise ValueError(f"{self.name}: a part named '{name}' is already declared ({self.declared[name]!r})")
+            self._admit(name, cls)
+            cls.name, cls.slot = name, self.name
+            self.declared[name] = cls
+            return cls
+
+        return add
+
     def register(self, name: str) -> Callable[[type[T]], type[T]]:
-        """Class decorator: makes the class the part `name` of this slot."""
+        """Class decorator: makes the class the part `name` of this slot, the one that builds it. A declared part's
+        class subclasses its declaration and leaves Params and check to it; any other class declares itself."""
 
         def add(cls: type[T]) -> type[T]:
             if name in self.parts:
                 raise ValueError(f"{self.name}: a part named '{name}' is already registered ({self.parts[name]!r})")
-            if not (isinstance(cls, type) and issubclass(cls, self.base)):
-                raise TypeError(f"{self.name}: part '{name}' must subclass {self.base.__name__}, got {cls!r}")
-            if not issubclass(cls.Params, PartParams):
-                raise TypeError(f"{self.name}: {cls.__name__}.Params must subclass PartParams")
+            self._admit(name, cls)
+            declaration = self.declared.get(name)
+            if declaration is not None:
+                if not issubclass(cls, declaration):
+                    raise TypeError(f"{self.name}: part '{name}' must subclass its declaration "
+                                    f"{declaration.__module__}.{declaration.__qualname__}, got {cls!r}")  # fmt: skip
+                if own := [key for key in ("Params", "check") if key in vars(cls)]:
+                    raise TypeError(f"{self.name}: {cls.__name__} redefines {' and '.join(own)}: a declared part's "
+                                    f"are its declaration's ({declaration.__module__})")  # fmt: skip
             cls.name, cls.slot = name, self.name
+            self.declared.setdefault(name, cls)
             self.parts[name] = cls
             return cls
 
         return add
 
+    def declaration(self, name: str) -> type[T]:
+        """What a spec knows of the part `name`: its Params, check and description."""
+        if name not in self.declared:
+            raise SpecValueError(f"unknown {self.name} '{name}'{did_you_mean(name, self.declared)} "
+                                 f"(registered: {', '.join(self.declared)})")  # fmt: skip
+        return self.declared[name]
+
     def __getitem__(self, name: str) -> type[T]:
+        """The class that builds the part `name`."""
         if name not in self.parts:
-            raise SpecValueError(
-                f"unknown {self.name} '{name}'{did_you_mean(name, self.parts)} (registered: {', '.join(self.parts)})"
-            )
+            declaration = self.declaration(name)
+            raise LookupError(f"{self.name} '{name}' is declared ({declaration.__module__}) but no class that builds "
+                              "it is registered: import its module (ablate.model.transformer imports the built-in "
+                              "parts)")  # fmt: skip
         return self.parts[name]
 
     def __iter__(self):
-        return iter(self.parts.values())
+        """The declared parts, in the order they were declared."""
+        return iter(self.declared.values())
 
     def build(self, spec: PartSpec, **dims: Any) -> T:
         """Instantiates the chosen part with the dimensions its slot passes and its own parameters."""
@@ -136,13 +185,15 @@ class Slot(Generic[T]):
             name, raw = value, {}
         elif isinstance(value, dict):
             if "name" not in value:
-                raise SpecValueError(f"a mapping for {self.name} needs a 'name' (registered: {', '.join(self.parts)})")
+                raise SpecValueError(
+                    f"a mapping for {self.name} needs a 'name' (registered: {', '.join(self.declared)})"
+                )
             name, raw = value["name"], {k: v for k, v in value.items() if k != "name"}
             if not isinstance(name, str):
                 raise SpecValueError(f"expected a part name, got {name!r}", ("name",))
         else:
             raise SpecValueError(f"expected a part name or a mapping with 'name', got {value!r}")
-        cls = self[name]
+        cls = self.declaration(name)
         try:
             params = cls.Params.model_validate(raw)
         except ValidationError as error:
@@ -153,8 +204,8 @@ class Slot(Generic[T]):
         return PartSpec(self.name, name, params)
 
     def json_schema(self) -> dict[str, Any]:
-        forms: list[dict[str, Any]] = [{"enum": list(self.parts)}]
-        for name, cls in self.parts.items():
+        forms: list[dict[str, Any]] = [{"enum": list(self.declared)}]
+        for name, cls in self.declared.items():
             params = cls.Params.model_json_schema()
             forms.append(
                 {
@@ -201,7 +252,7 @@ def part_rows() -> list[tuple[str, str, str, str, bool]]:
                 for name, field in part.Params.model_fields.items()
             )
             rows.append(
-                (slot.name if i == 0 else "", part.name, params or "-", part.description(), i == len(slot.parts) - 1)
+                (slot.name if i == 0 else "", part.name, params or "-", part.description(), i == len(slot.declared) - 1)
             )
     return rows
 

@@ -25,7 +25,8 @@ from ablate.data.dataset import load_dataset
 from ablate.data.tokenizer import PAD
 from ablate.model.diagnostics import fixed_batch, measure
 from ablate.train.device import Placement
-from ablate.train.trainer import VALIDATIONS, Trainer, autocast
+from ablate.train.spec import VALIDATIONS
+from ablate.train.trainer import Trainer, autocast
 
 
 def main() -> None:

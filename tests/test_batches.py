@@ -100,7 +100,7 @@ def test_auto_buckets_follow_the_precision_never_the_device():
     CPU's runs of the same hash)."""
     import inspect
 
-    from ablate.train.trainer import TrainingSpec
+    from ablate.train.spec import TrainingSpec
 
     auto = TrainingSpec(max_steps=1)
     assert list(inspect.signature(auto.bucket_width).parameters) == ["precision"]

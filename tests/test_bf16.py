@@ -16,7 +16,8 @@ import ablate.train.bf16 as bf16
 from ablate.data.batches import collate
 from ablate.model.decoding import beam_search
 from ablate.train.bf16 import PRODUCTS, EmulatedBf16Matmuls, bf16_matmuls
-from ablate.train.trainer import Trainer, TrainingSpec, autocast
+from ablate.train.spec import TrainingSpec
+from ablate.train.trainer import Trainer, autocast
 from tests.conftest import tiny_model
 from tests.test_precision import batch
 

@@ -24,7 +24,7 @@ from ablate.report.significance import Interval, holm, lacks_spread, no_spread_n
 from ablate.rundir import POINT, budget_dir, budget_name, write_result
 from ablate.train.budgets import BudgetPoints
 from ablate.train.schedules import SCHEDULE
-from ablate.train.trainer import TrainingSpec
+from ablate.train.spec import TrainingSpec
 from tests.conftest import cli, trained_experiment
 from tests.test_runner import losses, result, start
 

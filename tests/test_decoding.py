@@ -12,7 +12,8 @@ from ablate.data.tokenizer import BOS, EOS
 from ablate.model.decoding import beam_search, greedy
 from ablate.model.spec import ModelSpec
 from ablate.model.transformer import build_model
-from ablate.train.trainer import Trainer, TrainingSpec
+from ablate.train.spec import TrainingSpec
+from ablate.train.trainer import Trainer
 
 V = 24
 

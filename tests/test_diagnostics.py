@@ -15,7 +15,8 @@ from ablate.model.diagnostics import fixed_batch, measure, probed
 from ablate.model.spec import PART_FIELDS
 from ablate.model.transformer import build_model
 from ablate.registry import REGISTRY
-from ablate.train.trainer import Trainer, TrainingSpec
+from ablate.train.spec import TrainingSpec
+from ablate.train.trainer import Trainer
 from tests.conftest import randomised, tiny_model, tiny_spec
 
 V = 40

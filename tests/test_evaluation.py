@@ -5,7 +5,8 @@ import unicodedata
 from sacrebleu.metrics import BLEU, CHRF
 
 from ablate.data.corpus import CORPUS, data_dir
-from ablate.data.dataset import DataSpec, load_dataset
+from ablate.data.dataset import load_dataset
+from ablate.data.spec import DataSpec
 from ablate.data.tokenizer import TokenizerSpec
 from ablate.train.evaluation import bucket_labels, by_length, score
 
@@ -53,7 +54,8 @@ def test_max_train_length_keeps_only_short_sources_and_the_vocabulary():
 def test_lowercase_bleu_keeps_the_standard_cased_bleu_beside_it():
     from types import SimpleNamespace
 
-    from ablate.train.evaluation import EvaluationSpec, Translation, score_tests
+    from ablate.train.evaluation import Translation, score_tests
+    from ablate.train.spec import EvaluationSpec
 
     hyps = ["ein mann fährt Fahrrad .", "Zwei hunde spielen im schnee ."]
     refs = ["Ein Mann fährt Fahrrad .", "Zwei Hunde spielen im Schnee ."]

@@ -13,7 +13,8 @@ from ablate.data.tokenizer import PAD
 from ablate.model.transformer import build_model
 from ablate.parts import POSITIONS
 from ablate.train.flops import FlopModel, count, peak_flops
-from ablate.train.trainer import TrainingSpec, cross_entropy_sum
+from ablate.train.spec import TrainingSpec
+from ablate.train.trainer import cross_entropy_sum
 from tests.conftest import ROOT, cli, tiny_spec
 
 SMOKE = ROOT / "experiments" / "smoke.yaml"

@@ -9,7 +9,8 @@ from ablate.model.transformer import build_model
 from ablate.rundir import config_hash
 from ablate.train.device import Placement
 from ablate.train.graphs import wanted
-from ablate.train.trainer import Trainer, TrainingSpec
+from ablate.train.spec import TrainingSpec
+from ablate.train.trainer import Trainer
 from tests.conftest import tiny_spec
 from tests.test_training import V, examples
 

@@ -86,7 +86,8 @@ def test_training_with_the_chunked_loss_follows_torchs():
     from ablate.data.batches import Batch
     from ablate.model.spec import ModelSpec
     from ablate.model.transformer import build_model
-    from ablate.train.trainer import Trainer, TrainingSpec
+    from ablate.train.spec import TrainingSpec
+    from ablate.train.trainer import Trainer
 
     g = torch.Generator().manual_seed(5)
     src, tgt = torch.randint(3, 40, (8, 9), generator=g), torch.randint(3, 40, (8, 8), generator=g)

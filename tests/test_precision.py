@@ -10,7 +10,8 @@ import torch
 from ablate.data.batches import collate
 from ablate.data.tokenizer import BOS, EOS
 from ablate.train.device import native_bf16, resolve_precision
-from ablate.train.trainer import Trainer, TrainingSpec, autocast
+from ablate.train.spec import TrainingSpec
+from ablate.train.trainer import Trainer, autocast
 from tests.conftest import cli, tiny_model
 from tests.test_own_files import experiment, write_corpus
 

@@ -1,5 +1,8 @@
 """The registry: registration rules, part choices in both forms, and plugins."""
 
+import subprocess
+import sys
+
 import pytest
 import torch
 from torch import nn
@@ -127,3 +130,82 @@ def test_broken_plugin_is_a_one_line_error(write):
     result = cli("validate", str(path))
     assert result.returncode == 2
     assert result.stderr.strip() == f"{path}: plugins[0]: cannot import plugin 'bad_plugin.py': RuntimeError: boom"
+
+
+def test_every_declared_part_is_built_by_one_class_that_subclasses_its_declaration():
+    """parts/declared.py names what a spec may write, the modules build it: no declaration without a class, no
+    built-in class without a declaration, and the class's parameters and checks are the declaration's."""
+    import ablate.model.transformer  # noqa: F401  (imports every module of built-in parts)
+    from ablate.parts import declared
+
+    slots = [s for s in REGISTRY.values() if s.base.__module__ == declared.__name__]
+    assert {s.name for s in slots} == {"positions", "projection", "scaling", "embedding_scale", "tying", "feedforward",
+                                       "norm", "norm_placement"}  # fmt: skip
+    for s in slots:
+        for name, declaration in s.declared.items():
+            if declaration.__module__ != declared.__name__:
+                continue  # a plugin's part, registered by another test of this session
+            built = s[name]
+            assert built is not declaration and issubclass(built, declaration) and issubclass(built, nn.Module)
+            assert built.Params is declaration.Params and built.check.__func__ is declaration.check.__func__
+            assert (built.name, built.slot) == (name, s.name)
+            assert built.description() == declaration.description()
+
+
+def test_a_declared_part_s_class_must_subclass_the_declaration_and_keep_its_params():
+    widths = Slot("feedforward", FeedForward, "feed-forward parts of this test")
+
+    @widths.declare("wide")
+    class Wide(FeedForward):
+        """A declaration: the width factor a spec may set."""
+
+        class Params(PartParams):
+            factor: float = 2.0
+
+    with pytest.raises(TypeError, match="must subclass its declaration"):
+
+        @widths.register("wide")
+        class NotIt(ReLUFeedForward):
+            pass
+
+    with pytest.raises(TypeError, match="redefines Params: a declared part's are its declaration's"):
+
+        @widths.register("wide")
+        class Again(Wide, ReLUFeedForward):
+            class Params(PartParams):
+                factor: float = 3.0
+
+    assert widths.parse({"name": "wide", "factor": 4.0}).params.factor == 4.0  # validates with no class built
+    with pytest.raises(LookupError, match=r"'wide' is declared .* but no class that builds it is registered"):
+        widths["wide"]
+
+    @widths.register("wide")
+    class Built(Wide, ReLUFeedForward):
+        pass
+
+    assert widths["wide"] is Built and widths.declaration("wide") is Wide and list(widths) == [Wide]
+
+
+def test_a_spec_validates_without_torch_parts_checks_and_joint_vocabulary_included():
+    """RunSpec and its sections, their parts' parameters and checks, in a fresh interpreter that never imports torch."""
+    code = """
+import sys
+from ablate.errors import SpecError
+from ablate.train.spec import RunSpec
+
+spec = RunSpec.model_validate({"model": {"positions": {"name": "rotary", "base": 500.0}, "scaling": "qk_norm"},
+                               "training": {"max_steps": 10}})
+assert str(spec.model.positions) == "rotary(base=500.0)", spec.model.positions
+for bad, says in [({"model": {"positions": "rotary", "d_model": 30, "heads": 2}}, "needs an even d_k"),
+                  ({"model": {"tying": "all"}, "tokenizer": {"joint": False}}, "needs tokenizer.joint: true"),
+                  ({"model": {"projection": "shared_per_head", "d_k": 16}}, "needs heads * d_k = d_model")]:
+    try:
+        RunSpec.model_validate({**bad, "training": {"max_steps": 10}})
+    except Exception as error:
+        assert says in str(error), error
+    else:
+        raise AssertionError(f"{bad} validated")
+assert "torch" not in sys.modules, "validating a spec imported torch"
+"""
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr

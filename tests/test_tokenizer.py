@@ -41,7 +41,8 @@ def test_separate_vocabularies_and_cache(pairs, monkeypatch):
 
 def test_the_cache_follows_the_training_files_content_not_their_paths(tmp_path):
     from ablate.data import dataset
-    from ablate.data.dataset import DataSpec, load_dataset
+    from ablate.data.dataset import load_dataset
+    from ablate.data.spec import DataSpec
 
     def corpus(root, word: str):
         root.mkdir(exist_ok=True)

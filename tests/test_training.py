@@ -11,7 +11,8 @@ from ablate.model.transformer import build_model
 from ablate.record import Validation
 from ablate.train import checkpoints
 from ablate.train.device import Placement
-from ablate.train.trainer import Trainer, TrainingSpec
+from ablate.train.spec import TrainingSpec
+from ablate.train.trainer import Trainer
 from tests.conftest import tiny_spec
 
 V = 30

@@ -1,47 +1,16 @@
-"""A run's data: its settings (`data:` of a spec), the corpus read, the vocabularies trained (or loaded),
-every split encoded. Shared across runs."""
+"""A run's data: the corpus its spec names (ablate.data.spec), the vocabularies trained (or loaded), every split
+encoded. Shared across runs."""
 
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Annotated
 
-from pydantic import Field, PositiveInt, model_validator
-
-from ablate.config import ADDED, Section, part
 from ablate.data.batches import Example, encode_pairs
 from ablate.data.corpus import CORPUS, data_dir
+from ablate.data.spec import DataSpec
 from ablate.data.tokenizer import TokenizerSpec, Vocabulary, vocabularies
-from ablate.errors import SpecValueError
-from ablate.registry import PartSpec
-
-
-class DataSpec(Section):
-    """Which corpus, which direction, which splits."""
-
-    corpus: Annotated[PartSpec, CORPUS] = part(CORPUS, "multi30k")
-    source: str = Field("en", description="source language")
-    target: str = Field("de", description="target language")
-    train: str = Field("train", description="split to train (and learn the vocabulary) on")
-    valid: str = Field("val", description="split for validation loss and BLEU during training")
-    test: list[str] = Field(["test_2016_flickr"], min_length=1, description="splits scored after training")
-    data_dir: str | None = Field(None, description="where corpus files are; default $ABLATE_DATA_DIR or the cache")
-    max_pairs: PositiveInt | None = Field(None, description="use only the first N pairs of every split (for tests)")
-    max_len: PositiveInt = Field(128, description="training pairs longer than this many tokens are left out")
-    max_train_length: PositiveInt | None = Field(
-        None,
-        description="train only on pairs whose source has at most this many words (whitespace-separated), "
-        "to see how positions extrapolate to the longer test sentences; the vocabulary is still learned from all",
-        json_schema_extra=ADDED,
-    )
-
-    @model_validator(mode="after")
-    def _direction(self) -> DataSpec:
-        if self.source == self.target:
-            raise SpecValueError(f"source and target are both '{self.source}'", ("target",))
-        return self
 
 
 @dataclass(frozen=True)

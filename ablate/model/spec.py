@@ -1,7 +1,8 @@
 """The model's spec: its sizes, its dropout, and one registered part for each ablation axis.
 
 Defaults are the paper's base model (Vaswani et al. 2017, Table 3 "base"), so a YAML file lists only
-what it changes. Validated before, and without, any tensor; ablate.model.transformer builds from it.
+what it changes. Validated before, and without, any tensor: the parts a spec names are checked against their
+declarations (ablate.parts.declared), torch-free; ablate.model.transformer builds from it.
 """
 
 from __future__ import annotations
@@ -67,7 +68,7 @@ class ModelSpec(Section):
         for name in PART_FIELDS:
             choice: PartSpec = getattr(self, name)
             try:
-                choice.cls.check(choice.params, **dims)
+                choice.declared.check(choice.params, **dims)
             except SpecValueError as error:
                 raise SpecValueError(error.msg, (name, *error.loc)) from None
         return self

@@ -1,10 +1,15 @@
-"""The built-in parts. Importing this package registers them all in `ablate.registry.REGISTRY`."""
+"""The parts: their slots and declarations (`declared.py`, torch-free), and the modules that build them (torch).
+Importing this package imports the declarations alone; ablate.model.transformer imports the modules."""
 
-from ablate.parts.attention import SCALING
-from ablate.parts.embeddings import EMBEDDING_SCALE, TYING
-from ablate.parts.feedforward import FEEDFORWARD
-from ablate.parts.norms import NORM, NORM_PLACEMENT
-from ablate.parts.positions import POSITIONS
-from ablate.parts.projections import PROJECTION
+from ablate.parts.declared import (
+    EMBEDDING_SCALE,
+    FEEDFORWARD,
+    NORM,
+    NORM_PLACEMENT,
+    POSITIONS,
+    PROJECTION,
+    SCALING,
+    TYING,
+)
 
 __all__ = ["EMBEDDING_SCALE", "FEEDFORWARD", "NORM", "NORM_PLACEMENT", "POSITIONS", "PROJECTION", "SCALING", "TYING"]

@@ -14,12 +14,12 @@ from typing import Protocol
 
 import torch
 import torch.nn.functional as F
-from pydantic import PositiveFloat
 from torch import Tensor, nn
 
+from ablate.parts import declared
+from ablate.parts.declared import SCALING
 from ablate.parts.positions import Positions
 from ablate.parts.projections import Projection
-from ablate.registry import Part, PartParams, slot
 
 
 def sdpa(q: Tensor, k: Tensor, v: Tensor, **kwargs) -> Tensor:
@@ -38,7 +38,7 @@ def sdpa(q: Tensor, k: Tensor, v: Tensor, **kwargs) -> Tensor:
     return F.scaled_dot_product_attention(q, k, v, **kwargs)
 
 
-class AttentionScaling(Part, nn.Module):
+class AttentionScaling(declared.AttentionScaling, nn.Module):
     """Base: prepares q and k, and gives the factor that multiplies their dot products."""
 
     def __init__(self, d_model: int, heads: int, d_k: int):
@@ -49,41 +49,26 @@ class AttentionScaling(Part, nn.Module):
         raise NotImplementedError
 
 
-SCALING = slot("scaling", AttentionScaling, "what the attention logits q.k are scaled by")
-
-
 @SCALING.register("sqrt_dk")
-class SqrtDk(AttentionScaling):
-    """q.k / sqrt(d_k), the paper's: keeps the logits' variance at 1 for unit-variance q and k (§3.2.1)."""
-
+class SqrtDk(declared.SqrtDk, AttentionScaling):
     def forward(self, q: Tensor, k: Tensor) -> tuple[Tensor, Tensor, float]:
         return q, k, self.d_k**-0.5
 
 
 @SCALING.register("sqrt_dmodel")
-class SqrtDmodel(AttentionScaling):
-    """q.k / sqrt(d_model), the tutorial bug: with d_k = d_model / h, logits sqrt(h) times too small."""
-
+class SqrtDmodel(declared.SqrtDmodel, AttentionScaling):
     def forward(self, q: Tensor, k: Tensor) -> tuple[Tensor, Tensor, float]:
         return q, k, self.d_model**-0.5
 
 
 @SCALING.register("none")
-class NoScaling(AttentionScaling):
-    """q.k unscaled: the logits' variance grows with d_k and the softmax saturates (§3.2.1, footnote 4)."""
-
+class NoScaling(declared.NoScaling, AttentionScaling):
     def forward(self, q: Tensor, k: Tensor) -> tuple[Tensor, Tensor, float]:
         return q, k, 1.0
 
 
 @SCALING.register("qk_norm")
-class QKNorm(AttentionScaling):
-    """QK-norm: q and k L2-normalised per head, cosine logits times a learned scale g (Henry et al. 2020 learn
-    one g; here each head has its own)."""
-
-    class Params(PartParams):
-        init_scale: PositiveFloat = 10.0  # Henry et al. start g at log2(L^2 - L); L ~ 30 tokens gives ~10
-
+class QKNorm(declared.QKNorm, AttentionScaling):
     def __init__(self, d_model: int, heads: int, d_k: int, init_scale: float):
         super().__init__(d_model, heads, d_k)
         self.g = nn.Parameter(torch.full((heads, 1, 1), init_scale))

@@ -6,10 +6,11 @@ import math
 
 from torch import Tensor, nn
 
-from ablate.registry import Part, slot
+from ablate.parts import declared
+from ablate.parts.declared import EMBEDDING_SCALE, TYING
 
 
-class EmbeddingScale(Part, nn.Module):
+class EmbeddingScale(declared.EmbeddingScale, nn.Module):
     """Base: the factor token embeddings are multiplied by before positions are added."""
 
     def __init__(self, d_model: int):
@@ -17,21 +18,14 @@ class EmbeddingScale(Part, nn.Module):
         self.d_model = d_model
 
 
-EMBEDDING_SCALE = slot("embedding_scale", EmbeddingScale, "what token embeddings are multiplied by")
-
-
 @EMBEDDING_SCALE.register("sqrt_dmodel")
-class SqrtDmodelScale(EmbeddingScale):
-    """Embeddings times sqrt(d_model), the paper's (§3.4)."""
-
+class SqrtDmodelScale(declared.SqrtDmodelScale, EmbeddingScale):
     def forward(self, x: Tensor) -> Tensor:
         return x * math.sqrt(self.d_model)
 
 
 @EMBEDDING_SCALE.register("none")
-class NoScale(EmbeddingScale):
-    """Embeddings as they are."""
-
+class NoScale(declared.NoScale, EmbeddingScale):
     def forward(self, x: Tensor) -> Tensor:
         return x
 
@@ -43,10 +37,8 @@ def embedding(vocab: int, d_model: int, pad_id: int) -> nn.Embedding:
     return table
 
 
-class Embeddings(Part, nn.Module):
+class Embeddings(declared.Embeddings, nn.Module):
     """Base: the source and target embeddings and the pre-softmax projection (`output`), tied or not."""
-
-    joint_vocabulary: bool = False  # whether source and target must share one vocabulary
 
     def __init__(self, src_vocab: int, tgt_vocab: int, d_model: int, pad_id: int):
         super().__init__()
@@ -55,29 +47,20 @@ class Embeddings(Part, nn.Module):
         self.output = nn.Linear(d_model, tgt_vocab, bias=False)
 
 
-TYING = slot("tying", Embeddings, "which of the embeddings and the output projection share one matrix")
-
-
 @TYING.register("none")
-class Untied(Embeddings):
-    """Three separate matrices: source embedding, target embedding, output projection."""
+class Untied(declared.Untied, Embeddings):
+    pass
 
 
 @TYING.register("decoder")
-class DecoderTied(Embeddings):
-    """The target embedding is the output projection's weight (Press & Wolf 2017); the source has its own."""
-
+class DecoderTied(declared.DecoderTied, Embeddings):
     def __init__(self, src_vocab: int, tgt_vocab: int, d_model: int, pad_id: int):
         super().__init__(src_vocab, tgt_vocab, d_model, pad_id)
         self.output.weight = self.target.weight
 
 
 @TYING.register("all")
-class AllTied(Embeddings):
-    """One matrix for source embedding, target embedding and output projection, over a joint vocabulary (§3.4)."""
-
-    joint_vocabulary = True
-
+class AllTied(declared.AllTied, Embeddings):
     def __init__(self, src_vocab: int, tgt_vocab: int, d_model: int, pad_id: int):
         if src_vocab != tgt_vocab:
             raise ValueError(

@@ -5,14 +5,13 @@ from __future__ import annotations
 import math
 
 import torch
-from pydantic import PositiveFloat, PositiveInt
 from torch import Tensor, nn
 
-from ablate.errors import SpecValueError
-from ablate.registry import Part, PartParams, slot
+from ablate.parts import declared
+from ablate.parts.declared import POSITIONS
 
 
-class Positions(Part, nn.Module):
+class Positions(declared.Positions, nn.Module):
     """Base: `forward` adds position information to embeddings; `rotate` acts on q and k."""
 
     def __init__(self, d_model: int):
@@ -24,9 +23,6 @@ class Positions(Part, nn.Module):
 
     def rotate(self, x: Tensor, offset: int = 0) -> Tensor:  # x: (B, h, L, d_k), self-attention q or k
         return x
-
-
-POSITIONS = slot("positions", Positions, "how the model knows token order")
 
 
 def sinusoid_table(length: int, d_model: int, offset: int = 0) -> Tensor:
@@ -41,9 +37,7 @@ def sinusoid_table(length: int, d_model: int, offset: int = 0) -> Tensor:
 
 
 @POSITIONS.register("sinusoidal")
-class SinusoidalPositions(Positions):
-    """Fixed sine and cosine encodings added to the embeddings, any length (Vaswani et al. §3.5)."""
-
+class SinusoidalPositions(declared.SinusoidalPositions, Positions):
     def __init__(self, d_model: int):
         super().__init__(d_model)
         self.register_buffer("table", sinusoid_table(1024, d_model), persistent=False)
@@ -56,12 +50,7 @@ class SinusoidalPositions(Positions):
 
 
 @POSITIONS.register("learned")
-class LearnedPositions(Positions):
-    """A trained embedding per position up to max_len, added to the embeddings (Table 3 row E)."""
-
-    class Params(PartParams):
-        max_len: PositiveInt = 1024
-
+class LearnedPositions(declared.LearnedPositions, Positions):
     def __init__(self, d_model: int, max_len: int):
         super().__init__(d_model)
         self.max_len = max_len
@@ -76,23 +65,12 @@ class LearnedPositions(Positions):
 
 
 @POSITIONS.register("none")
-class NoPositions(Positions):
-    """No position information at all: attention sees a bag of tokens (the decoder's mask still orders it)."""
+class NoPositions(declared.NoPositions, Positions):
+    pass
 
 
 @POSITIONS.register("rotary")
-class RotaryPositions(Positions):
-    """RoPE: rotates each pair of self-attention query and key features by an angle growing with position (Su et al.
-    2021); cross-attention is not rotated, and nothing is added to the embeddings."""
-
-    class Params(PartParams):
-        base: PositiveFloat = 10000.0
-
-    @classmethod
-    def check(cls, params: PartParams, *, d_k: int, **dims: int) -> None:
-        if d_k % 2:
-            raise SpecValueError(f"positions 'rotary' rotates pairs of features and needs an even d_k, got d_k={d_k}")
-
+class RotaryPositions(declared.RotaryPositions, Positions):
     def __init__(self, d_model: int, base: float):
         super().__init__(d_model)
         self.base = base

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 from torch import Tensor, nn
 
-from ablate.errors import SpecValueError
-from ablate.registry import Part, PartParams, slot
+from ablate.parts import declared
+from ablate.parts.declared import PROJECTION
 
 
-class Projection(Part, nn.Module):
+class Projection(declared.Projection, nn.Module):
     """Base: makes q, k (B, L, h*d_k) and v (B, L, h*d_v) for one attention module, self- or cross-attention's.
 
     Self-attention calls the module on its input x; cross-attention calls `queries` on the decoder's
@@ -34,14 +34,8 @@ class Projection(Part, nn.Module):
         raise NotImplementedError
 
 
-PROJECTION = slot("projection", Projection, "how each attention head's q, k and v are projected from its input")
-
-
 @PROJECTION.register("full")
-class FullProjection(Projection):
-    """Each head's q, k and v projected from all of d_model by its own matrices, the paper's (§3.2.2), with
-    biases (the paper writes none; fairseq's have them)."""
-
+class FullProjection(declared.FullProjection, Projection):
     def __init__(self, d_model: int, heads: int, d_k: int, d_v: int, cross: bool):
         super().__init__(d_model, heads, d_k, d_v, cross)
         # W^Q, W^K, W^V of all h heads packed into one matrix: one matmul instead of 3h. Cross-attention
@@ -69,33 +63,12 @@ class FullProjection(Projection):
 
 
 @PROJECTION.register("shared_per_head")
-class SharedPerHeadProjection(Projection):
-    """The tutorial bug: head i's q, k, v from only the i-th d_k-wide slice of x, through one d_k x d_k matrix
-    shared by all heads, no bias; the paper projects each head from all of d_model with its own matrices (§3.2.2).
-
-    Three d_k x d_k matrices in all (q, k, v), against the paper's three d_model x h*d_k: a head sees only
-    d_k of the d_model features, and every head looks at its slice the same way. Needs h*d_k = d_model and
-    d_v = d_k.
-    """
-
+class SharedPerHeadProjection(declared.SharedPerHeadProjection, Projection):
     def __init__(self, d_model: int, heads: int, d_k: int, d_v: int, cross: bool):
         super().__init__(d_model, heads, d_k, d_v, cross)
         self.w_q = nn.Linear(d_k, d_k, bias=False)
         self.w_k = nn.Linear(d_k, d_k, bias=False)
         self.w_v = nn.Linear(d_k, d_k, bias=False)
-
-    @classmethod
-    def check(cls, params: PartParams, *, d_model: int, heads: int, d_k: int, d_v: int, **dims: int) -> None:
-        if heads * d_k != d_model:
-            raise SpecValueError(
-                f"projection 'shared_per_head' cuts d_model into the heads' slices and needs heads * d_k = d_model, "
-                f"got {heads} * {d_k} != {d_model}"
-            )
-        if d_v != d_k:
-            raise SpecValueError(
-                f"projection 'shared_per_head' makes a head's values from its d_k-wide slice and needs d_v = d_k, "
-                f"got d_v={d_v}, d_k={d_k}"
-            )
 
     def per_head(self, w: nn.Linear, x: Tensor) -> Tensor:
         slices = x.unflatten(-1, (self.heads, self.d_k))  # (B, L, d_model) -> (B, L, h, d_k)

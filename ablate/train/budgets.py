@@ -33,7 +33,8 @@ from ablate.rundir import (
     write_point,
 )
 from ablate.train import checkpoints, distributed
-from ablate.train.trainer import Outcome, Progress, Trainer, TrainingSpec
+from ablate.train.spec import TrainingSpec
+from ablate.train.trainer import Outcome, Progress, Trainer
 
 Evaluate = Callable[[Path, Path, int], tuple[Evaluation, Validation]]
 """(weights directory, output directory, step) -> the point's scores and validation, on rank 0: averaged, validated,

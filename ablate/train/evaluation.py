@@ -1,79 +1,30 @@
 """Evaluating a model: its validation loss (and greedy BLEU), every test split translated with beam search and
-scored with sacreBLEU (corpus BLEU with its signature, and chrF); and the spec of it all."""
+scored with sacreBLEU (corpus BLEU with its signature, and chrF), as EvaluationSpec (ablate.train.spec) says."""
 
 from __future__ import annotations
 
-import itertools
 import math
 import time
 import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import torch
-from pydantic import Field, NonNegativeFloat, NonNegativeInt, PositiveFloat, PositiveInt, model_validator
 from sacrebleu.metrics import BLEU, CHRF
 
-from ablate.config import ADDED, Section
 from ablate.data.batches import Batch, pad
 from ablate.data.dataset import Dataset
 from ablate.data.tokenizer import EOS, Vocabulary
-from ablate.errors import SpecValueError
 from ablate.files import write_text
 from ablate.model.decoding import translate_ids
 from ablate.model.transformer import Transformer
 from ablate.record import BucketScore, Evaluation, Score, Validation
 from ablate.rundir import hypotheses_path
 from ablate.train.log import Log
+from ablate.train.spec import EvaluationSpec
 from ablate.train.trainer import validation_loss
-
-
-class EvaluationSpec(Section):
-    """Decoding and scoring of the test splits (beam search with the paper's settings, §6.1)."""
-
-    beam_size: PositiveInt = Field(4, description="1 decodes greedily")
-    length_penalty: NonNegativeFloat = Field(0.6, description="alpha of the GNMT length penalty")
-    max_extra_len: NonNegativeInt = Field(50, description="output at most source length + this many tokens")
-    batch_size: PositiveInt = Field(100, description="sentences decoded together")
-    lowercase: bool = Field(
-        False, description="lowercased BLEU, to compare with papers that report it (the cased BLEU is kept beside it)"
-    )
-    average_checkpoints: PositiveInt = Field(
-        1,
-        description="decode the mean of the last N checkpoints (training.checkpoint_every apart); 1: the last",
-        json_schema_extra=ADDED,
-    )
-    select: Literal["last", "best"] = Field(
-        "last",
-        description="which weights are scored: last (the last average_checkpoints checkpoints) or best (the "
-        "average_checkpoints checkpoints up to the best validation of training.early_stopping's metric)",
-        json_schema_extra=ADDED,
-    )
-    budgets: list[PositiveFloat] | None = Field(
-        None,
-        min_length=1,
-        description="budget points, in the unit of the run's budget (training.max_steps, max_target_tokens or "
-        "max_flops): the run is decoded and scored at each as at its end; the last is the run's end",
-        json_schema_extra=ADDED,
-    )
-    length_buckets: list[PositiveInt] = Field(
-        [10, 20, 30],
-        min_length=1,
-        description="upper ends, in source words, of the buckets BLEU and chrF are "
-        "broken down by (compare-mt's); the last bucket is open: 1-10, 11-20, 21-30, 31+",
-        json_schema_extra=ADDED,
-    )
-
-    @model_validator(mode="after")
-    def _buckets(self) -> EvaluationSpec:
-        if any(a >= b for a, b in zip(self.length_buckets, self.length_buckets[1:], strict=False)):
-            raise SpecValueError(f"must increase, got {self.length_buckets}", ("length_buckets",))
-        budgets = self.budgets or []
-        if any(a >= b for a, b in itertools.pairwise(budgets)):
-            raise SpecValueError(f"must increase, got [{', '.join(f'{b:g}' for b in budgets)}]", ("budgets",))
-        return self
 
 
 @dataclass

@@ -1,28 +1,228 @@
-"""The run's spec: everything one run needs, assembled from the sections that live beside their code.
+"""The run's spec: everything one run needs, its sections validated before, and without, any tensor (torch-free,
+docs/architecture.md): the sweep, the report and `ablate check` read specs with these classes.
 
     model       ModelSpec       ablate.model.spec
     tokenizer   TokenizerSpec   ablate.data.tokenizer
-    data        DataSpec        ablate.data.dataset
-    training    TrainingSpec    ablate.train.trainer
-    evaluation  EvaluationSpec  ablate.train.evaluation
+    data        DataSpec        ablate.data.spec
+    training    TrainingSpec    here: the Trainer (ablate.train.trainer) runs it
+    evaluation  EvaluationSpec  here: ablate.train.evaluation decodes and scores by it
 
-Validated before, and without, any tensor; this module checks only what spans two sections.
+RunSpec assembles them and checks what spans two sections.
 """
 
 from __future__ import annotations
 
-from pydantic import Field, model_validator
+import itertools
+from typing import Annotated, Literal
 
-from ablate.config import Section
-from ablate.data.dataset import DataSpec
+from pydantic import (
+    Field,
+    NonNegativeFloat,
+    NonNegativeInt,
+    PositiveFloat,
+    PositiveInt,
+    model_validator,  # fmt: skip
+)
+
+from ablate.config import ADDED, BOOKKEEPING, Probability, Section, added, part
+from ablate.data.spec import DataSpec
 from ablate.data.tokenizer import TokenizerSpec
 from ablate.errors import SpecValueError
 from ablate.model.spec import ModelSpec
-from ablate.train.evaluation import EvaluationSpec
+from ablate.registry import PartSpec
 from ablate.train.schedules import SCHEDULE
-from ablate.train.trainer import POINT_BUDGETS, VALIDATIONS, TrainingSpec
+from ablate.train.stopping import EarlyStoppingSpec
 
 __all__ = ["DataSpec", "EvaluationSpec", "ModelSpec", "RunSpec", "TokenizerSpec", "TrainingSpec"]
+
+
+DEFERRED_STEPS = 25  # training.sync_every: auto on CUDA (at 7.5 ms a step, a read every 0.2 s)
+
+
+class TrainingSpec(Section):
+    """Optimisation: Adam with the paper's betas, a schedule, and when to stop, validate and save."""
+
+    schedule: Annotated[PartSpec, SCHEDULE] = part(SCHEDULE, "noam")
+    betas: tuple[float, float] = Field((0.9, 0.98), strict=False, description="Adam's beta1, beta2 (§5.3)")
+    eps: PositiveFloat = Field(1e-9, description="Adam's epsilon (§5.3)")
+    weight_decay: NonNegativeFloat = Field(0.0, description="decoupled weight decay (AdamW) when above 0")
+    adam_kernel: Literal["default", "foreach", "fused"] = Field(
+        "fused",
+        description="how Adam's update runs: fused (one kernel a parameter group), torch's default (a kernel a "
+        "parameter on the CPU, foreach on CUDA) or foreach (one over all parameters); the same update with "
+        "another round-off (benchmarks/README.md measures them)",
+        json_schema_extra=added(was="default"),
+    )
+    label_smoothing: Probability = Field(0.1, description="epsilon_ls (§5.4)")
+    cross_entropy: Literal["torch", "chunked"] = Field(
+        "chunked",
+        description="how the training loss runs: chunked (64 rows at a time, more under 4,096 words; a "
+        "one-pass backward, no fp32 copy of bf16 logits; ablate/train/loss.py) or torch (F.cross_entropy on "
+        "fp32 logits): the same loss to round-off",
+        json_schema_extra=added(was="torch"),
+    )
+    clip_norm: PositiveFloat | None = Field(None, description="clip the gradient's global norm to this")
+    max_tokens: PositiveInt = Field(4096, description="tokens a batch, padding included, on the longer side")
+    shape_buckets: PositiveInt | Literal["auto"] | None = Field(
+        "auto",
+        description="pad every batch to its bucket, a multiple of this many tokens on both sides, with max_tokens // "
+        "bucket pairs: two shapes a bucket, whose kernels are built once (ablate/data/batches.py); null: each batch "
+        "padded to its longest sentence; auto: 8 in bf16 (on the CPU oneDNN builds a kernel a shape), null in fp32",
+        json_schema_extra=added(was=None),
+    )
+    batch_tokens: PositiveInt | None = Field(None, description="accumulate batches until this many target tokens")
+    max_steps: PositiveInt | None = Field(None, description="stop after this many optimizer steps")
+    max_epochs: PositiveInt | None = Field(None, description="stop after this many passes over the data")
+    max_target_tokens: PositiveInt | None = Field(
+        None, description="stop after training on this many target tokens", json_schema_extra=ADDED
+    )
+    max_flops: PositiveFloat | None = Field(
+        None,
+        description="stop after this many training FLOPs (forward and backward, torch's FlopCounterMode)",
+        json_schema_extra=ADDED,
+    )
+    max_seconds: PositiveFloat | None = Field(
+        None,
+        description="stop after this many seconds of optimizer steps on the run's device (wall clock)",
+        json_schema_extra=ADDED,
+    )
+    peak_tflops: PositiveFloat | None = Field(
+        None,
+        description="the device's peak TFLOP/s for MFU; default: a timed matmul, measured once a machine",
+        json_schema_extra=BOOKKEEPING,
+    )
+    early_stopping: EarlyStoppingSpec | None = Field(
+        None,
+        description="stop when the validation curve stops improving: {metric: valid_loss | valid_bleu, patience: N "
+        "validations, min_delta: x}; the budget (max_steps, ...) stays the cap; null: train to the budget",
+        json_schema_extra=ADDED,
+    )
+    validate_every: PositiveInt | Literal["epoch"] | None = Field(
+        None,
+        description="validation loss and BLEU every N steps (and at the end); epoch: at the end of every pass over "
+        "the data (fairseq's default), however many steps a pass takes; null: at every tenth of the budget",
+    )
+    diagnostics_every: NonNegativeInt | None = Field(
+        None,
+        description="gradient, attention and norm diagnostics every N steps; null: at each validation; 0: never",
+        json_schema_extra=BOOKKEEPING,  # the diagnostics test shows that measuring them does not change training
+    )
+    valid_bleu_pairs: NonNegativeInt = Field(200, description="validation pairs decoded for BLEU; 0 for loss only")
+    checkpoint_every: PositiveInt | Literal["epoch"] | None = Field(
+        1000,
+        description="save a checkpoint every N steps, at the end and on Ctrl-C; epoch: at the end of every pass "
+        "over the data (fairseq's epoch checkpoints: averaging then takes the last passes); null: never (no resume)",
+        json_schema_extra=BOOKKEEPING,  # the resume test shows that saving does not change training (but see
+    )  # ablate.rundir.config_hash: with checkpoint averaging on, the checkpoints are what is averaged)
+    seed: int = Field(1, description="seeds model init, dropout and batch order")
+    device: str = Field("auto", description="auto (a GPU when there is one), cpu, cuda, cuda:N")
+    precision: Literal["auto", "fp32", "bf16"] = Field(
+        "auto",
+        description="bf16: autocast, fp32 weights (on the CPU attention in fp32); auto: bf16 on CUDA and CPUs with "
+        "native bf16, else fp32",
+    )
+    diverge_loss: PositiveFloat = Field(
+        1e3, description="a training loss above this (or NaN/inf) ends the run as diverged"
+    )
+    sync_every: PositiveInt | Literal["auto"] = Field(
+        "auto",
+        description="read the training loss back from the device every N steps, the one wait for the device a step "
+        "has: the losses of the steps between are kept on the device, then logged and checked for divergence "
+        "together, each at its own step; the run trains the same. auto: every step on a CPU; on CUDA every "
+        f"{DEFERRED_STEPS} (read before each validation, checkpoint and budget point), but every step with "
+        "max_seconds or several processes",
+        json_schema_extra=BOOKKEEPING,  # the same updates and losses (tests/test_training.py)
+    )
+    cuda_graphs: bool | Literal["auto"] = Field(
+        "auto",
+        description="replay each batch shape's update (forward, backward, Adam) as a CUDA graph, captured the first "
+        "time the shape is met (ablate/train/graphs.py): no Python or kernel launches in the step. auto: on CUDA "
+        "with shape_buckets (whose shapes are few) in one process; never on a CPU",
+        json_schema_extra=BOOKKEEPING,  # an execution detail of the device, as the device is: eager's losses within
+    )  # bf16 round-off (tests/test_graphs.py); a CPU run never captures
+
+    @model_validator(mode="after")
+    def _stops(self) -> TrainingSpec:
+        if all(getattr(self, budget) is None for budget in BUDGETS):
+            raise SpecValueError(f"set one of {', '.join(BUDGETS)}: training needs a point to stop", ("max_steps",))
+        return self
+
+    @model_validator(mode="after")
+    def _early_stopping(self) -> TrainingSpec:
+        stopping = self.early_stopping
+        if stopping is not None and stopping.metric == "valid_bleu" and self.valid_bleu_pairs == 0:
+            raise SpecValueError("metric valid_bleu needs training.valid_bleu_pairs above 0: it is the greedy BLEU "
+                                 "of those validation pairs", ("early_stopping", "metric"))  # fmt: skip
+        return self
+
+    def bucket_width(self, precision: str) -> int | None:
+        """`shape_buckets` resolved for the run's precision (resolved): `auto` is 8 in bf16, where on the CPU oneDNN
+        builds a kernel for each matmul shape and a worker keeps 32 of them, and none in fp32, where the padding
+        costs more than the shapes (MKL's kernels; benchmarks/README.md). Never the device: the buckets decide
+        which pairs train together and how many a step, so the run a config hash names must have the same ones on
+        a CPU and a GPU (until 2026-11-26 auto was none on a GPU: 13% more target tokens in 8,000 steps). With
+        `precision: auto` the precision itself, and so the buckets, still follow the device: pin it for that."""
+        if self.shape_buckets == "auto":
+            return 8 if precision == "bf16" else None
+        return self.shape_buckets
+
+    def budgets(self) -> dict[str, float]:
+        """The limits this run stops at, the first reached ending it: {"max_steps": 1450, ...}."""
+        return {name: getattr(self, name) for name in BUDGETS if getattr(self, name) is not None}
+
+
+BUDGETS = ("max_steps", "max_epochs", "max_target_tokens", "max_flops", "max_seconds")
+"""What a run's length can be set in: steps, passes, target tokens, training FLOPs, seconds of training."""
+POINT_BUDGETS = ("max_steps", "max_target_tokens", "max_flops")
+"""The budgets that budget points (evaluation.budgets) may be counted in: those a rerun reaches at the same step."""
+
+VALIDATIONS = 10  # without validate_every, a run validates at each tenth of its budget: curves of 11 points
+
+
+class EvaluationSpec(Section):
+    """Decoding and scoring of the test splits (beam search with the paper's settings, §6.1)."""
+
+    beam_size: PositiveInt = Field(4, description="1 decodes greedily")
+    length_penalty: NonNegativeFloat = Field(0.6, description="alpha of the GNMT length penalty")
+    max_extra_len: NonNegativeInt = Field(50, description="output at most source length + this many tokens")
+    batch_size: PositiveInt = Field(100, description="sentences decoded together")
+    lowercase: bool = Field(
+        False, description="lowercased BLEU, to compare with papers that report it (the cased BLEU is kept beside it)"
+    )
+    average_checkpoints: PositiveInt = Field(
+        1,
+        description="decode the mean of the last N checkpoints (training.checkpoint_every apart); 1: the last",
+        json_schema_extra=ADDED,
+    )
+    select: Literal["last", "best"] = Field(
+        "last",
+        description="which weights are scored: last (the last average_checkpoints checkpoints) or best (the "
+        "average_checkpoints checkpoints up to the best validation of training.early_stopping's metric)",
+        json_schema_extra=ADDED,
+    )
+    budgets: list[PositiveFloat] | None = Field(
+        None,
+        min_length=1,
+        description="budget points, in the unit of the run's budget (training.max_steps, max_target_tokens or "
+        "max_flops): the run is decoded and scored at each as at its end; the last is the run's end",
+        json_schema_extra=ADDED,
+    )
+    length_buckets: list[PositiveInt] = Field(
+        [10, 20, 30],
+        min_length=1,
+        description="upper ends, in source words, of the buckets BLEU and chrF are "
+        "broken down by (compare-mt's); the last bucket is open: 1-10, 11-20, 21-30, 31+",
+        json_schema_extra=ADDED,
+    )
+
+    @model_validator(mode="after")
+    def _buckets(self) -> EvaluationSpec:
+        if any(a >= b for a, b in zip(self.length_buckets, self.length_buckets[1:], strict=False)):
+            raise SpecValueError(f"must increase, got {self.length_buckets}", ("length_buckets",))
+        budgets = self.budgets or []
+        if any(a >= b for a, b in itertools.pairwise(budgets)):
+            raise SpecValueError(f"must increase, got [{', '.join(f'{b:g}' for b in budgets)}]", ("budgets",))
+        return self
 
 
 class RunSpec(Section):
@@ -86,7 +286,7 @@ class RunSpec(Section):
     @model_validator(mode="after")
     def _joint_vocabulary(self) -> RunSpec:
         tying = self.model.tying
-        if tying.cls.joint_vocabulary and not self.tokenizer.joint:
+        if tying.declared.joint_vocabulary and not self.tokenizer.joint:
             raise SpecValueError(
                 f"tying '{tying.name}' shares one matrix across languages and needs tokenizer.joint: true",
                 ("model", "tying"),
