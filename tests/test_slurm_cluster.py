@@ -170,17 +170,18 @@ training: {{max_steps: 600, validate_every: 300, checkpoint_every: 100}}
 
 def test_a_time_limit_checkpoints_requeues_and_ends_as_one_whole_run(results, write):
     """A 1-minute limit, with Slurm's warning 1 s before it (sent up to 30 s earlier: Slurm checks limits
-    every 30 s), for a run that needs minutes of one CPU: each warning makes the worker save a checkpoint,
-    submitit requeues the task, and it resumes there. The run ends as one: every step logged once, its validations
-    and its test translations, on the task's one thread. That a run resumed after the warning trains the numbers of
-    one trained in one go is tests/test_stopping.py's (the warning's signal sent to the same worker, no cluster)
-    and tests/test_runner.py's kill -9 tests; here, what only a real cluster shows. 2,000 steps of 2,000-token
-    batches: on a Zen 4 core, the fastest these tests meet, 1,200 steps and the decoding ended in under a minute,
-    before the warning came, and nothing was requeued; 2,000 outlast the latest warning (59 s) there."""
+    every 30 s), for a run of 62 s of training steps: each warning makes the worker save a checkpoint, submitit
+    requeues the task, and it resumes there. The run ends as one: every step logged once, its validations and its
+    test translations, on the task's one thread. That a run resumed after the warning trains the numbers of one
+    trained in one go is tests/test_stopping.py's (the warning's signal sent to the same worker, no cluster) and
+    tests/test_runner.py's kill -9 tests; here, what only a real cluster shows. Its length is in seconds
+    (`training.max_seconds`, which counts the steps of both jobs), so that on every CPU the warning, at most 59 s
+    after the job started, comes while it trains: 2,000 steps of 2,000-token batches took 126 s of the test on an
+    AVX2 EPYC, while on a Zen 4 1,200 of them and the decoding had ended in under a minute, before the warning."""
     spec = write("limit.yaml", f"""
 name: limit
 extends: {SMOKE}
-training: {{max_steps: 2000, max_tokens: 2000, validate_every: 1000, checkpoint_every: 500}}
+training: {{max_steps: null, max_seconds: 62, max_tokens: 2000, validate_every: 500, checkpoint_every: 500}}
 slurm: {{time_min: 1, signal_delay_s: 1, max_timeouts: 12, cpus_per_run: 1}}
 """)  # fmt: skip
     done = ablate("run", str(spec), "--only", "baseline", "--launcher", "slurm", "--results", str(results), timeout=900)
@@ -188,13 +189,14 @@ slurm: {{time_min: 1, signal_delay_s: 1, max_timeouts: 12, cpus_per_run: 1}}
     run_dir = results / "limit/runs/baseline/seed-1"
     result = json.loads((run_dir / "result.json").read_text())
     assert result["slurm_restarts"] >= 1  # it was requeued after the time limit's warning, at least once
-    assert 0 < result["resumed_from_step"] < 2000 and result["status"] == "completed" and result["steps"] == 2000
+    steps, resumed = result["steps"], result["resumed_from_step"]
+    assert result["status"] == "completed" and result["stopped_by"] == "max_seconds" and 0 < resumed < steps
     assert result["threads"] == 1  # the task's one CPU, in the first job and the requeued one
     log = "".join(p.read_text() for p in (results / "limit/slurm").glob("*_log.*"))
     assert "this job is timed-out" in log and "Requeued job" in log
     lines = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    assert [line["step"] for line in lines if "loss" in line] == list(range(1, 2001))  # each step once, none lost
-    assert [line["step"] for line in lines if "valid_loss" in line] == [0, 1000, 2000]
+    assert [line["step"] for line in lines if "loss" in line] == list(range(1, steps + 1))  # each step once
+    assert [line["step"] for line in lines if "valid_loss" in line] == [0, *range(500, steps, 500), steps]
     hypotheses = (run_dir / "hypotheses/test_2017_mscoco.txt").read_text().splitlines()  # smoke's test set
     assert len(hypotheses) == 461 and rows(results / "limit")["baseline"]["BLEU"]
 
