@@ -5,6 +5,8 @@ values (model.d_v, d_k unless set apart).
 The q, k, v projections are a part of their own (ablate.parts.projections).
 Every variant runs through F.scaled_dot_product_attention with an explicit `scale`,
 so each gets the fused kernels (`sdpa`: in fp32 on the CPU, where bf16's kernel is slow).
+
+Each class here builds a part declared in ablate/parts/declared.py (what it is, its parameters, its checks).
 """
 
 from __future__ import annotations

@@ -1,4 +1,7 @@
-"""Token embeddings and the output projection (§3.4): their scale, and which of them share weights."""
+"""Token embeddings and the output projection (§3.4): their scale, and which of them share weights.
+
+Each class here builds a part declared in ablate/parts/declared.py (what it is, its parameters, its checks).
+"""
 
 from __future__ import annotations
 

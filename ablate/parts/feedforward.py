@@ -1,4 +1,7 @@
-"""The position-wise feed-forward network (§3.3)."""
+"""The position-wise feed-forward network (§3.3).
+
+Each class here builds a part declared in ablate/parts/declared.py (what it is, its parameters, its checks).
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,7 @@
-"""Layer normalisation: which norm, and where it sits around each residual sublayer."""
+"""Layer normalisation: which norm, and where it sits around each residual sublayer.
+
+Each class here builds a part declared in ablate/parts/declared.py (what it is, its parameters, its checks).
+"""
 
 from __future__ import annotations
 

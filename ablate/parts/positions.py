@@ -1,4 +1,7 @@
-"""Where a token sits: positional encodings added to embeddings, or rotations of q and k."""
+"""Where a token sits: positional encodings added to embeddings, or rotations of q and k.
+
+Each class here builds a part declared in ablate/parts/declared.py (what it is, its parameters, its checks).
+"""
 
 from __future__ import annotations
 

@@ -3,6 +3,8 @@
 Shapes: B batch, L length, h heads, d_k width of a head's queries and keys, d_v of its values. A projection
 gives q and k as (B, L, h*d_k) and v as (B, L, h*d_v), heads side by side; the attention module splits them
 into heads.
+
+Each class here builds a part declared in ablate/parts/declared.py (what it is, its parameters, its checks).
 """
 
 from __future__ import annotations

@@ -15,14 +15,7 @@ from __future__ import annotations
 import itertools
 from typing import Annotated, Literal
 
-from pydantic import (
-    Field,
-    NonNegativeFloat,
-    NonNegativeInt,
-    PositiveFloat,
-    PositiveInt,
-    model_validator,  # fmt: skip
-)
+from pydantic import Field, NonNegativeFloat, NonNegativeInt, PositiveFloat, PositiveInt, model_validator
 
 from ablate.config import ADDED, BOOKKEEPING, Probability, Section, added, part
 from ablate.data.spec import DataSpec
