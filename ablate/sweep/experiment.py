@@ -221,7 +221,7 @@ def _swept(runs: list[Run], rates: list[float], where: Path) -> list[Run]:
     for run in runs:
         schedule = run.spec.training.schedule
         if "lr" not in type(schedule.params).model_fields:
-            takes = [name for name, cls in SCHEDULE.parts.items() if "lr" in cls.Params.model_fields]
+            takes = [name for name, cls in SCHEDULE.declared.items() if "lr" in cls.Params.model_fields]
             why = f"run '{run.name}' has schedule '{schedule.name}', which takes no lr; sweep one that does: "
             raise SpecError.at(where, [Issue(("lr_sweep",), why + ", ".join(takes))])
         for rate in rates:
