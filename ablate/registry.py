@@ -14,8 +14,11 @@ declaration and is registered under the same name; the slot is where a spec's na
     class LearnedPositions(declared.LearnedPositions, Positions): ...
 
 A class registered under a name nobody declared declares itself, its Params and check on it: a plugin's parts,
-the schedules and the corpora. A plugin is a module (or a .py file) that registers parts when imported; an
-experiment file's `plugins:` names it, and `load_plugin` imports it, in the sweep and again in each worker.
+the schedules and the corpora. Every class that builds a part subclasses the slot's `builds` base (for the model's
+slots, the nn.Module beside the code), not just the declarations' torch-free one.
+
+A plugin is a module (or a .py file) that registers parts when imported; an experiment file's `plugins:` names it,
+and `load_plugin` imports it, in the sweep and again in each worker.
 """
 
 from __future__ import annotations
@@ -103,15 +106,25 @@ class Slot(Generic[T]):
     def __init__(self, name: str, base: type[T], description: str):
         self.name = name
         self.base = base
+        self.builder = base  # what a class that builds a part subclasses: `base`, or the subclass `builds` names
         self.description = description
         self.declared: dict[str, type[T]] = {}
         self.parts: dict[str, type[T]] = {}
 
-    def _admit(self, name: str, cls: type[T]) -> None:
-        if not (isinstance(cls, type) and issubclass(cls, self.base)):
-            raise TypeError(f"{self.name}: part '{name}' must subclass {self.base.__name__}, got {cls!r}")
+    def _admit(self, name: str, cls: type[T], base: type) -> None:
+        if not (isinstance(cls, type) and issubclass(cls, base)):
+            raise TypeError(f"{self.name}: part '{name}' must subclass {base.__name__} ({base.__module__}), "
+                            f"got {cls!r}")  # fmt: skip
         if not issubclass(cls.Params, PartParams):
             raise TypeError(f"{self.name}: {cls.__name__}.Params must subclass PartParams")
+
+    def builds(self, base: type[T]) -> type[T]:
+        """Class decorator: the base of every class that builds a part of this slot, a subclass of the slot's base
+        (the declarations' base is torch-free; this one is the nn.Module beside the code)."""
+        if not issubclass(base, self.base):
+            raise TypeError(f"{self.name}: {base.__name__} must subclass the slot's base {self.base.__name__}")
+        self.builder = base
+        return base
 
     def declare(self, name: str) -> Callable[[type[T]], type[T]]:
         """Class decorator: makes the class what a spec knows of the part `name`, before any code builds it."""
@@ -119,7 +132,7 @@ class Slot(Generic[T]):
         def add(cls: type[T]) -> type[T]:
             if name in self.declared:
                 raise ValueError(f"{self.name}: a part named '{name}' is already declared ({self.declared[name]!r})")
-            self._admit(name, cls)
+            self._admit(name, cls, self.base)
             cls.name, cls.slot = name, self.name
             self.declared[name] = cls
             return cls
@@ -133,7 +146,7 @@ class Slot(Generic[T]):
         def add(cls: type[T]) -> type[T]:
             if name in self.parts:
                 raise ValueError(f"{self.name}: a part named '{name}' is already registered ({self.parts[name]!r})")
-            self._admit(name, cls)
+            self._admit(name, cls, self.builder)
             declaration = self.declared.get(name)
             if declaration is not None:
                 if not issubclass(cls, declaration):

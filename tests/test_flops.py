@@ -41,7 +41,7 @@ def counted(m, batch) -> int:
     return counter.get_total_flops()
 
 
-@pytest.mark.parametrize("positions", sorted(POSITIONS.parts))
+@pytest.mark.parametrize("positions", sorted(POSITIONS.declared))
 @pytest.mark.parametrize(
     "changes", [{}, {"norm_placement": "pre_ln", "feedforward": "swiglu", "tying": "all", "scaling": "qk_norm"}]
 )

@@ -209,3 +209,20 @@ assert "torch" not in sys.modules, "validating a spec imported torch"
 """
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
+
+
+def test_a_class_that_builds_a_part_must_subclass_the_slot_s_nn_module_not_its_declarations_base():
+    """Both ablate.parts.declared and ablate.parts.feedforward hold a FeedForward: a plugin that subclasses the
+    torch-free one would validate and then fail to build, so registering it fails, naming the module to use."""
+    from ablate.parts import declared
+
+    assert FEEDFORWARD.base is declared.FeedForward and FEEDFORWARD.builder is FeedForward
+    with pytest.raises(TypeError, match=r"must subclass FeedForward \(ablate\.parts\.feedforward\)"):
+
+        @FEEDFORWARD.register("declared_only")
+        class DeclaredOnly(declared.FeedForward):
+            """A declaration's base alone: no weights, no forward."""
+
+    assert "declared_only" not in FEEDFORWARD.declared and "declared_only" not in FEEDFORWARD.parts
+    with pytest.raises(TypeError, match="must subclass the slot's base FeedForward"):
+        FEEDFORWARD.builds(nn.Module)

@@ -40,6 +40,7 @@ def sdpa(q: Tensor, k: Tensor, v: Tensor, **kwargs) -> Tensor:
     return F.scaled_dot_product_attention(q, k, v, **kwargs)
 
 
+@SCALING.builds
 class AttentionScaling(declared.AttentionScaling, nn.Module):
     """Base: prepares q and k, and gives the factor that multiplies their dot products."""
 

@@ -13,6 +13,7 @@ from ablate.parts import declared
 from ablate.parts.declared import EMBEDDING_SCALE, TYING
 
 
+@EMBEDDING_SCALE.builds
 class EmbeddingScale(declared.EmbeddingScale, nn.Module):
     """Base: the factor token embeddings are multiplied by before positions are added."""
 
@@ -40,6 +41,7 @@ def embedding(vocab: int, d_model: int, pad_id: int) -> nn.Embedding:
     return table
 
 
+@TYING.builds
 class Embeddings(declared.Embeddings, nn.Module):
     """Base: the source and target embeddings and the pre-softmax projection (`output`), tied or not."""
 

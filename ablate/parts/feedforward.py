@@ -12,6 +12,7 @@ from ablate.parts import declared
 from ablate.parts.declared import FEEDFORWARD
 
 
+@FEEDFORWARD.builds
 class FeedForward(declared.FeedForward, nn.Module):
     """Base: d_model -> d_ff -> d_model at every position; `dropout` acts on the hidden activations."""
 

@@ -13,6 +13,7 @@ from ablate.parts import declared
 from ablate.parts.declared import NORM, NORM_PLACEMENT
 
 
+@NORM.builds
 class Norm(declared.Norm, nn.Module):
     """Base: normalises the last dimension, d_model."""
 
@@ -40,6 +41,7 @@ class RMSNorm(declared.RMSNorm, Norm):
         return self.norm(x)
 
 
+@NORM_PLACEMENT.builds
 class SublayerConnection(declared.SublayerConnection, nn.Module):
     """Base: a residual connection around one sublayer (attention or feed-forward), with its norm."""
 

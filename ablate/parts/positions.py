@@ -14,6 +14,7 @@ from ablate.parts import declared
 from ablate.parts.declared import POSITIONS
 
 
+@POSITIONS.builds
 class Positions(declared.Positions, nn.Module):
     """Base: `forward` adds position information to embeddings; `rotate` acts on q and k."""
 

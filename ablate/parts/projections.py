@@ -15,6 +15,7 @@ from ablate.parts import declared
 from ablate.parts.declared import PROJECTION
 
 
+@PROJECTION.builds
 class Projection(declared.Projection, nn.Module):
     """Base: makes q, k (B, L, h*d_k) and v (B, L, h*d_v) for one attention module, self- or cross-attention's.
 
