@@ -11,7 +11,8 @@ results/<experiment>/runs/<run>/seed-<n>/
                       (ablate.model.diagnostics measures them; read with `read_diagnostics`)
     result.json       everything measured, written last (read with `read_result`)
     hypotheses/       <split>.txt, one detokenised translation a line
-    checkpoints/      last.pt and last.json (its step and config hash), step-<n>.pt (see ablate.train.checkpoints)
+    checkpoints/      last-<step>.pt and last.json (its step, config hash and file), step-<n>.pt (see
+                      ablate.train.checkpoints)
     budgets/<b>/      a budget point before the run's end (evaluation.budgets; ablate.train.budgets):
                       point.json (its scores, written last), hypotheses/<split>.txt, and for a wsd cooldown
                       branch while it trains, its own checkpoints/ and metrics.jsonl
@@ -39,6 +40,7 @@ import os
 import shutil
 import socket
 import time
+from dataclasses import dataclass
 from enum import IntEnum
 from pathlib import Path
 from typing import Any, TypeVar
@@ -59,7 +61,8 @@ DESIGN = "design.json"  # beside runs/, one an experiment
 SPEED = {"cpu": "speed.json", "cuda": "speed.cuda.json"}  # beside runs/: `ablate bench`, one a kind of device
 SUMMARY_MD, SUMMARY_CSV = "summary.md", "summary.csv"  # beside runs/: the sweep's table
 BUDGET_POINTS, POINT = "budgets", "point.json"
-CHECKPOINT, CHECKPOINT_INFO = f"{CHECKPOINTS}/last.pt", f"{CHECKPOINTS}/last.json"
+CHECKPOINT_INFO = f"{CHECKPOINTS}/last.json"  # names the last checkpoint: its step, config hash and state file
+EARLIER_STATE = "last.pt"  # the state file of an earlier ablate's checkpoint, whose last.json names none
 STALE = ".stale-"  # seed-<n>.stale-<hash>: an earlier result set aside when the spec changed
 
 
@@ -173,13 +176,38 @@ def stored_hash(directory: Path) -> str | None:
     return None
 
 
+def state_name(step: int) -> str:
+    """The file in checkpoints/ of the trainer's state at `step` (ablate.train.checkpoints.save)."""
+    return f"last-{step}.pt"
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    step: int
+    state: Path  # the trainer's whole state at `step`
+
+
+def last_checkpoint(directory: Path, expected_hash: str | None) -> Checkpoint | None:
+    """The run's last checkpoint, when there is one made with this config (`expected_hash`; None: any).
+
+    last.json names it, and is written after its state file, atomically: a kill between the two leaves the
+    checkpoint before, whole, and its state file with it (the state and a step read apart could disagree)."""
+    with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
+        info = read_json(directory / CHECKPOINT_INFO)
+        name = info.get("state", EARLIER_STATE)
+        step = int(info["step"])
+        if name not in (state_name(step), EARLIER_STATE):
+            return None  # not a file this module writes: a crafted last.json reads no file outside checkpoints/
+        state = directory / CHECKPOINTS / name
+        if expected_hash in (None, info["config_hash"]) and state.is_file():
+            return Checkpoint(step, state)
+    return None
+
+
 def checkpoint_step(directory: Path, expected_hash: str) -> int | None:
     """The step of the run's last checkpoint, when there is one made with this config."""
-    with contextlib.suppress(OSError, ValueError, KeyError):
-        info = read_json(directory / CHECKPOINT_INFO)
-        if info["config_hash"] == expected_hash and (directory / CHECKPOINT).is_file():
-            return int(info["step"])
-    return None
+    found = last_checkpoint(directory, expected_hash)
+    return None if found is None else found.step
 
 
 def parse_metrics(lines: str) -> list[dict[str, Any]]:

@@ -8,7 +8,7 @@ initial with its 95% interval over rounds; 1 inside the interval is what lets th
 
     python benchmarks/bench_weights.py EXPERIMENT.yaml --results DIR [--run baseline] [--rounds 6] [--threads 1]
 
-DIR/<experiment>/runs/<run>/seed-<seed>/checkpoints/last.pt must exist (a run that has trained, or is training).
+DIR/<experiment>/runs/<run>/seed-<seed>/checkpoints/ must hold a checkpoint (a run that has trained, or is training).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from pathlib import Path
 
 import torch
 
-from ablate.rundir import CHECKPOINT, job_dir
+from ablate.rundir import job_dir, last_checkpoint
 from ablate.sweep.bench import Options, Subject, _ratio, one_round
 from ablate.sweep.experiment import load_experiment
 from ablate.train.device import device_name
@@ -37,9 +37,11 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     experiment = load_experiment(args.experiment)
     run = experiment.run(args.run)
-    weights = job_dir(args.results / experiment.name, run.name, run.spec.training.seed) / CHECKPOINT
-    if not weights.is_file():
-        raise SystemExit(f"{weights}: no checkpoint")
+    directory = job_dir(args.results / experiment.name, run.name, run.spec.training.seed)
+    found = last_checkpoint(directory, None)
+    if found is None:
+        raise SystemExit(f"{directory}: no checkpoint")
+    weights = found.state
     options = Options(threads=args.threads, updates=args.updates, decode_sentences=args.sentences)
     initial, trained = (Subject.of(run, torch.device("cpu"), options) for _ in range(2))
     initial.build()

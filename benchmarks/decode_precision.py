@@ -1,7 +1,7 @@
 """Beam search of one trained checkpoint in fp32 and in bf16 autocast: the same test set, BLEU and speed side by side.
 
 It decides whether decoding may run in bf16 too: only where BLEU stays within noise of fp32 decoding
-of the same weights. The weights are a finished run's (its checkpoints/last.pt, or the mean of the
+of the same weights. The weights are a finished run's (its last checkpoint, or the mean of the
 checkpoints it kept when it averaged them), decoded as the run decoded its test split.
 
     python benchmarks/decode_precision.py results/tuning-base-cpu/runs/baseline/seed-1
@@ -18,7 +18,7 @@ import torch
 from ablate.data.dataset import load_dataset
 from ablate.data.tokenizer import PAD
 from ablate.model.transformer import build_model
-from ablate.rundir import CHECKPOINT, read_result
+from ablate.rundir import last_checkpoint, read_result
 from ablate.train import checkpoints
 from ablate.train.bf16 import bf16_matmuls
 from ablate.train.device import native_bf16
@@ -37,12 +37,16 @@ def main() -> None:
     spec = job.run_spec()
     data = load_dataset(spec.data, spec.tokenizer)
     model = build_model(spec.model, len(data.src_vocab), len(data.tgt_vocab), pad_id=PAD).eval()
-    averaged = read_result(args.run_dir).get("averaged_steps")
+    result = read_result(args.run_dir)
+    averaged = result.averaged_steps if result is not None else None
+    last = last_checkpoint(args.run_dir, job.config_hash)
     if averaged and not args.last:
         model.load_state_dict(checkpoints.average([checkpoints.load(checkpoints.weights_path(args.run_dir, s))
                                                    for s in averaged]))  # fmt: skip
+    elif last is not None:
+        model.load_state_dict(checkpoints.load_state(last)["model"])
     else:
-        model.load_state_dict(checkpoints.load(args.run_dir / CHECKPOINT)["model"])
+        raise SystemExit(f"{args.run_dir}: no checkpoint")
     ev = spec.evaluation
     split, pairs = next(iter(data.tests.items()))
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, native bf16: {native_bf16()}; "

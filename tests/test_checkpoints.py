@@ -46,9 +46,59 @@ def test_saving_keeps_the_weights_of_the_last_n_steps(tmp_path):
     mean = (400 + 900 + 1600) / 3
     tensors = [v for k, v in averaged.items() if "weight" in k or "bias" in k]
     assert tensors and all(torch.allclose(v, torch.full_like(v, mean)) for v in tensors)
-    assert json.loads((tmp_path / "checkpoints" / "last.json").read_text()) == {"step": 40, "config_hash": "hash"}
+    assert json.loads((tmp_path / "checkpoints" / "last.json").read_text()) == {
+        "step": 40, "config_hash": "hash", "state": "last-40.pt"}  # fmt: skip
+    assert sorted(p.name for p in (tmp_path / "checkpoints").glob("last*")) == ["last-40.pt", "last.json"]
     checkpoints.forget_after(tmp_path, 30)
     assert checkpoints.kept_steps(tmp_path) == [20, 30]
+
+
+def test_a_kill_between_the_state_and_last_json_resumes_from_the_checkpoint_before_whole(tmp_path, monkeypatch):
+    """The state is written to a file of its step, then last.json, which names it, then the one before goes: killed
+    between the two writes, the run resumes from the checkpoint before, its state and its step together. (With one
+    last.pt rewritten in place, a sweep killed there read step 40's state as step 30's: metrics.jsonl, cut at 30,
+    lost steps 31-40, and the run went on from 41.)"""
+    from ablate.rundir import checkpoint_step, last_checkpoint
+
+    weights = tiny_model().state_dict()
+    checkpoints.save(tmp_path, {"model": weights, "step": 30}, 30, "hash", keep=1)
+
+    def killed(*args, **kwargs):
+        raise KeyboardInterrupt  # the SIGKILL, after the state file and before last.json
+
+    monkeypatch.setattr(checkpoints, "write_json", killed)
+    with pytest.raises(KeyboardInterrupt):
+        checkpoints.save(tmp_path, {"model": weights, "step": 40}, 40, "hash", keep=1)
+    monkeypatch.undo()
+    found = last_checkpoint(tmp_path, "hash")
+    assert found is not None and found.step == 30 and checkpoints.load_state(found)["step"] == 30
+    assert checkpoint_step(tmp_path, "hash") == 30 and last_checkpoint(tmp_path, "another config") is None
+    checkpoints.save(tmp_path, {"model": weights, "step": 50}, 50, "hash", keep=1)
+    assert sorted(p.name for p in (tmp_path / "checkpoints").glob("last*")) == ["last-50.pt", "last.json"]
+
+
+def test_an_earlier_ablate_s_last_pt_resumes_and_a_state_at_another_step_is_one_line(tmp_path):
+    """A checkpoint of an earlier ablate: last.pt, and a last.json that names no file. It resumes, and the next
+    checkpoint replaces it. Its state at another step than last.json's (what the kill above left) stops the run."""
+    from ablate.rundir import last_checkpoint
+
+    folder = tmp_path / "checkpoints"
+    folder.mkdir()
+    torch.save({"model": {}, "step": 40}, folder / "last.pt")
+    (folder / "last.json").write_text(json.dumps({"step": 30, "config_hash": "hash"}))
+    found = last_checkpoint(tmp_path, "hash")
+    assert found is not None and (found.step, found.state.name) == (30, "last.pt")
+    with pytest.raises(
+        UserError, match=r"last\.pt: holds step 40, but checkpoints/last\.json says 30; start the run over"
+    ):
+        checkpoints.load_state(found)
+    (folder / "last.json").write_text(json.dumps({"step": 40, "config_hash": "hash"}))
+    assert checkpoints.load_state(last_checkpoint(tmp_path, "hash"))["step"] == 40
+    checkpoints.save(tmp_path, {"model": {}, "step": 50}, 50, "hash", keep=1)
+    assert sorted(p.name for p in folder.glob("last*")) == ["last-50.pt", "last.json"]
+    for crafted in ("../../../etc/passwd", "last-49.pt", "step-50.pt"):  # only the file of its own step is read
+        (folder / "last.json").write_text(json.dumps({"step": 50, "config_hash": "hash", "state": crafted}))
+        assert last_checkpoint(tmp_path, "hash") is None
 
 
 class Exploit:
@@ -77,13 +127,13 @@ def test_a_crafted_checkpoint_stops_the_sweep_with_one_line(tmp_path):
             "--results", str(tmp_path)]  # fmt: skip
     assert cli("run", *args).returncode == 0
     directory = tmp_path / "smoke" / "runs" / "baseline" / "seed-1"
-    (directory / "result.json").unlink()  # as if killed before the end: the next run resumes from last.pt
+    (directory / "result.json").unlink()  # as if killed before the end: the next run resumes from last-30.pt
     marker = tmp_path / "pwned"
-    torch.save({"model": {}, "payload": Exploit(marker)}, directory / "checkpoints" / "last.pt")
+    torch.save({"model": {}, "payload": Exploit(marker)}, directory / "checkpoints" / "last-30.pt")
     run = cli("run", *args)
     assert run.returncode == 2 and "Traceback" not in run.stderr, run.stderr
     (line,) = run.stderr.strip().splitlines()
-    assert "last.pt: refused: a checkpoint holds tensors and plain data only" in line
+    assert "last-30.pt: refused: a checkpoint holds tensors and plain data only" in line
     assert not marker.exists()
 
 

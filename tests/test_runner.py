@@ -300,7 +300,7 @@ def test_two_gloo_processes_train_like_one(tmp_path):
     for (_, x), (_, y) in zip(a, b, strict=True):
         assert x == pytest.approx(y, abs=2e-4)  # losses are logged to 4 decimals
     one_w, two_w = (
-        torch.load(tmp_path / d / "smoke/runs/baseline/seed-1/checkpoints/last.pt", weights_only=False)["model"]
+        torch.load(tmp_path / d / "smoke/runs/baseline/seed-1/checkpoints/last-40.pt", weights_only=False)["model"]
         for d in ("one", "two")
     )
     for name, w in one_w.items():

@@ -47,7 +47,7 @@ from ablate.errors import UserError
 from ablate.model.decoding import translate_ids
 from ablate.model.transformer import Transformer, build_model, count_parameters
 from ablate.record import Ratio, RunSpeed, SpeedRecord
-from ablate.rundir import CHECKPOINT, config_hash, job_dir, write_speed
+from ablate.rundir import config_hash, job_dir, last_checkpoint, write_speed
 from ablate.sweep.experiment import Experiment, Run
 from ablate.train import checkpoints
 from ablate.train.bf16 import bf16_matmuls
@@ -272,8 +272,8 @@ def bench(experiment: Experiment, directory: Path, options: Options,
 
 def _trained(directory: Path, run: Run) -> Path | None:
     """The run's last checkpoint (its first seed's), where this machine has it."""
-    path = job_dir(directory, run.name, run.spec.training.seed) / CHECKPOINT
-    return path if path.is_file() else None
+    found = last_checkpoint(job_dir(directory, run.name, run.spec.training.seed), None)
+    return None if found is None else found.state
 
 
 def _peak_memory(subject: Subject, weights: Path | None) -> float | None:

@@ -24,11 +24,10 @@ from ablate.data.batches import Example
 from ablate.record import Branch, BudgetPoint, Cost, Evaluation, Points, Status, StoppedBy, Training, Validation
 from ablate.rundir import (
     BUDGET_POINTS,
-    CHECKPOINT,
     CHECKPOINTS,
     POINT,
     budget_dir,
-    checkpoint_step,
+    last_checkpoint,
     read_point,
     write_point,
 )
@@ -120,9 +119,10 @@ class BudgetPoints:
             save(self.directory, trunk, False)  # the trunk at the fork: a kill inside the branch resumes here
         fork = copy.deepcopy(trunk.state_dict())
         branch = trunk.branch(self.spec.model_copy(update={self.unit: b}))
-        resumed = checkpoint_step(here, self.config_hash) if save is not None else None
-        if resumed is not None:
-            branch.load_state_dict(checkpoints.load(here / CHECKPOINT, trunk.device))
+        found = last_checkpoint(here, self.config_hash) if save is not None else None
+        resumed = None if found is None else found.step
+        if found is not None:
+            branch.load_state_dict(checkpoints.load_state(found, trunk.device))
             if self.rank == 0:
                 checkpoints.forget_after(here, resumed)
         elif self.rank == 0:

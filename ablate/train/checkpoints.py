@@ -1,7 +1,9 @@
 """Checkpoint files: the trainer's whole state for resuming, and the model weights kept for averaging.
 
-checkpoints/last.pt        model, optimizer, step, epoch, position, RNG states, totals (what resuming needs)
-checkpoints/last.json      its step and config hash, read without torch
+checkpoints/last-<n>.pt    model, optimizer, step, epoch, position, RNG states, totals (what resuming needs) at
+                           step n, the last checkpoint's
+checkpoints/last.json      its step, config hash and file, read without torch (ablate.rundir.last_checkpoint):
+                           written after the state, so a kill between the two resumes from the checkpoint before
 checkpoints/step-<n>.pt    the model's weights at step n, written when a run averages more than one checkpoint
                            or selects the best: the last `evaluation.average_checkpoints` are kept, and with
                            `evaluation.select: best` also as many up to the best validation step
@@ -22,7 +24,7 @@ import torch
 
 from ablate.errors import UserError
 from ablate.files import write_json
-from ablate.rundir import CHECKPOINT, CHECKPOINT_INFO, CHECKPOINTS
+from ablate.rundir import CHECKPOINT_INFO, CHECKPOINTS, Checkpoint, state_name
 
 
 def load(path: Path, device: torch.device | str = "cpu") -> dict[str, Any]:
@@ -32,6 +34,15 @@ def load(path: Path, device: torch.device | str = "cpu") -> dict[str, Any]:
     except pickle.UnpicklingError as error:
         first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
         raise UserError(f"{path}: refused: a checkpoint holds tensors and plain data only ({first})") from None
+
+
+def load_state(found: Checkpoint, device: torch.device | str = "cpu") -> dict[str, Any]:
+    """The trainer's state of the checkpoint last.json names, which must be at the step it says."""
+    state = load(found.state, device)
+    if state.get("step") != found.step:
+        raise UserError(f"{found.state}: holds step {state.get('step')}, but {CHECKPOINT_INFO} says {found.step}; "
+                        "start the run over with --fresh")  # fmt: skip
+    return state
 
 
 def _save(path: Path, data: dict[str, Any]) -> None:
@@ -55,7 +66,7 @@ def kept_steps(directory: Path) -> list[int]:
     return sorted(found)
 
 
-WALL = "wall_seconds"  # last.pt's entry beside the trainer's state: seconds the job had taken when it was saved
+WALL = "wall_seconds"  # the state's entry beside the trainer's state: seconds the job had taken when it was saved
 
 
 def wall_seconds(state: dict[str, Any]) -> float:
@@ -65,10 +76,10 @@ def wall_seconds(state: dict[str, Any]) -> float:
 
 def save(directory: Path, state: dict[str, Any], step: int, config_hash: str, keep: int, weights: bool = True,
          best: int | None = None, wall: float = 0.0) -> None:  # fmt: skip
-    """The trainer's state, and the seconds the job has taken so far (`wall`), as last.pt (and its note, last.json);
-    with `keep` > 1 (or a `best` step to keep) and `weights` also the weights of this step, pruned to the last
-    `keep` and the `keep` up to step `best`. The weights are written before last.pt, so last.json never names a
-    step whose weights are missing.
+    """The trainer's state, and the seconds the job has taken so far (`wall`), as last-<step>.pt, then last.json,
+    which names it; with `keep` > 1 (or a `best` step to keep) and `weights` also the weights of this step, pruned
+    to the last `keep` and the `keep` up to step `best`. The weights and the state are written before last.json,
+    so last.json never names a step whose files are missing; the checkpoint before is removed after it.
 
     Only the checkpoints a run of this length would average keep weights: those `checkpoint_every` apart and
     the run's end. A checkpoint taken because training was stopped (Ctrl-C) saves no weights, or the resumed
@@ -79,8 +90,12 @@ def save(directory: Path, state: dict[str, Any], step: int, config_hash: str, ke
         wanted = set(steps[-keep:]) | set(window(steps, keep, best))
         for old in set(steps) - wanted:
             weights_path(directory, old).unlink(missing_ok=True)
-    _save(directory / CHECKPOINT, state | {WALL: wall})
-    write_json(directory / CHECKPOINT_INFO, {"step": step, "config_hash": config_hash})
+    name = state_name(step)
+    _save(directory / CHECKPOINTS / name, state | {WALL: wall})
+    write_json(directory / CHECKPOINT_INFO, {"step": step, "config_hash": config_hash, "state": name})
+    for earlier in (directory / CHECKPOINTS).glob("last*.pt"):  # last-<n>.pt, or an earlier ablate's last.pt
+        if earlier.name != name:
+            earlier.unlink(missing_ok=True)
 
 
 def forget_after(directory: Path, step: int) -> None:

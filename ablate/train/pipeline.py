@@ -37,7 +37,7 @@ from ablate.record import (
     Training,
     Validation,
 )
-from ablate.rundir import CHECKPOINT, checkpoint_step, diagnostics_seconds, read_validations, truncate_metrics
+from ablate.rundir import diagnostics_seconds, last_checkpoint, read_validations, truncate_metrics
 from ablate.train import checkpoints, distributed
 from ablate.train.bf16 import bf16_matmuls
 from ablate.train.budgets import BudgetPoints
@@ -146,9 +146,10 @@ class Pipeline:
 
     def resume(self) -> int | None:
         """The trainer restored from the run's last checkpoint; its step, or None when the run starts afresh."""
-        resumed = checkpoint_step(self.job.directory, self.job.config_hash)
-        if resumed is not None:
-            state = checkpoints.load(self.job.directory / CHECKPOINT, self.at.device)
+        found = last_checkpoint(self.job.directory, self.job.config_hash)
+        resumed = None if found is None else found.step
+        if found is not None:
+            state = checkpoints.load_state(found, self.at.device)
             self.trainer.load_state_dict(state)
             self.earlier_wall = checkpoints.wall_seconds(state)
             if self.rank0:
