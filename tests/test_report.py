@@ -2,6 +2,7 @@
 
 import csv
 import io
+import json
 import random
 import re
 import shutil
@@ -205,6 +206,33 @@ def test_cards_list_departures_from_the_paper(results, written):
     assert "norm_placement" not in baseline
     pre_ln = cards.split("## pre_ln")[1].split("## ")[0]
     assert "- `model.norm_placement`: pre_ln (paper: post_ln, §3.1, LayerNorm(x + Sublayer(x)))" in pre_ln
+    for seed in (1, 2):  # what each seed cost as it trained, as its result.json says
+        r = json.loads((results / "runs" / "baseline" / f"seed-{seed}" / "result.json").read_text())
+        (line,) = [line for line in baseline.splitlines() if line.startswith(f"- seed {seed}: ")]
+        for figure in (f"{r['status']}; {r['steps']:,} steps, {r['epochs']:.2f} epochs",
+                       f"; {r['device']}, {r['precision']};", f"{r['train_tgt_tokens_per_s']:,.0f} target tokens/s",
+                       f"{r['step_ms']:,.0f} ms a step", f"peak {r['peak_memory_mib']:,.0f} MiB"):  # fmt: skip
+            assert figure in line, (figure, line)
+
+
+def test_a_card_says_where_a_seed_shared_its_machine_and_where_its_result_came_from():
+    from ablate.record import RunResult
+    from ablate.report.paper import cost, duration
+
+    alone = RunResult(run="a", seed=1, status="completed", steps=8000, epochs=13.49, wall_seconds=8457.5,
+                      device="AMD EPYC (AVX2, emulated bf16), 1 thread", precision="bf16",
+                      train_tgt_tokens_per_s=808.4, step_ms=993.9, peak_memory_mib=843.5, core_share=0.95)  # fmt: skip
+    assert cost(alone) == ("completed; 8,000 steps, 13.49 epochs, 2 h 21 min of wall time; AMD EPYC (AVX2, emulated "
+                           "bf16), 1 thread, bf16; 808 target tokens/s, 994 ms a step, peak 844 MiB")  # fmt: skip
+    busy = alone.model_copy(update={"core_share": 0.804, "runs_per_gpu": 4, "slurm_restarts": 2, "processes": 2,
+                                    "reused_from": "pe/runs/baseline/seed-1"})  # fmt: skip
+    said = cost(busy)
+    for part in ("bf16, 2 processes;", "other processes took 20% of its cores' time", "its GPU shared by up to 4 runs",
+                 "requeued 2 time(s) by Slurm", "the result of pe/runs/baseline/seed-1, reused"):  # fmt: skip
+        assert part in said, (part, said)
+    assert cost(RunResult(run="a", seed=1, status="failed")) == "failed"
+    assert [duration(s) for s in (58.4, 840, 3599, 3600, 8457.5)] == ["58 s", "14 min", "1 h 00 min", "1 h 00 min",
+                                                                      "2 h 21 min"]  # fmt: skip
 
 
 def test_the_paper_base_is_what_the_spec_defaults_and_paper_recipe_say():
