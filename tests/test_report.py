@@ -399,5 +399,13 @@ def test_a_terminal_table_cuts_no_word_and_crops_no_column_where_the_longest_wor
     for word in [*differs.split(), "verdict", "MiB", "700.0", "2,000", "undecided"]:
         assert word in text, word  # whole: not folded across lines, not cropped at the edge
     assert column_widths(["a", "b"], [["12345 67", "x y"]], [False, True], 9) == [8, 1]  # the number on one line
+    # smoke's report: one column too many for 120; the interval stays whole and the verdict wraps at its space
+    smoke = {"run": "pre_ln", "differs": "norm_placement=pre_ln", "BLEU": 0.22, "n": 1, "ΔBLEU": 0.0,
+             "ΔBLEU lo": -0.13, "ΔBLEU hi": 0.11, "verdict": "undecided (1 seed)", "valid loss": 4.884,
+             "train tok/s": 73919.0, "peak MiB": 308.2, "status": "completed"}  # fmt: skip
+    out = io.StringIO()
+    print_table(Console(file=out, width=120), "t", pd.DataFrame([smoke | {"run": "baseline"}, smoke]), [], True)
+    text = out.getvalue()
+    assert "+0.00 [−0.13, +0.11]" in text and "undecided" in text and "(1 seed)" in text, text
     assert column_widths(["a", "b"], [["12345 67", "long words"]], [False, True], 11) == [6, 5]
     assert column_widths(["a", "b"], [["12345 67", "long words"]], [False, True], 9) is None  # rich folds then

@@ -153,6 +153,7 @@ def render(fmt: str, frame: pd.DataFrame, title: str, notes: list[str]) -> str:
 TERMINAL = ["run", "differs", "BLEU", "BLEU std", "n", "ΔBLEU", "ΔBLEU lo", "ΔBLEU hi", "verdict", "valid loss",
             "train tok/s", "peak MiB", "status"]  # fmt: skip
 TERMINAL_WIDTH = 120
+FREE_TEXT = ("differs", "verdict", "note")  # wrap at their spaces before a number or an interval does
 
 
 def column_widths(columns: Sequence[str], rows: Sequence[Sequence[str]], free: Sequence[bool], room: int
@@ -194,7 +195,7 @@ def print_table(console, title: str, frame: pd.DataFrame, notes: list[str], comp
         table.add_column(escape(column), justify="left" if column in TEXT_COLUMNS else "right", overflow="fold")
     width = min(console.width, TERMINAL_WIDTH) if compact else console.width
     padding = table._extra_width + sum(table.padding[1] + table.padding[3] for _ in columns)  # edges, rules, pads
-    widths = column_widths(columns, rows, [c in ("differs", "note") for c in columns], width - padding)
+    widths = column_widths(columns, rows, [c in FREE_TEXT for c in columns], width - padding)
     for column, column_width in zip(table.columns, widths or [], strict=False):
         column.width = column_width  # else rich's own layout, which folds words where the longest do not fit
     for row in rows:
