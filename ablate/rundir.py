@@ -192,7 +192,7 @@ def last_checkpoint(directory: Path, expected_hash: str | None) -> Checkpoint | 
 
     last.json names it, and is written after its state file, atomically: a kill between the two leaves the
     checkpoint before, whole, and its state file with it (the state and a step read apart could disagree)."""
-    with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
+    with contextlib.suppress(OSError, ValueError, KeyError, TypeError, AttributeError):  # AttributeError: not a dict
         info = read_json(directory / CHECKPOINT_INFO)
         name = info.get("state", EARLIER_STATE)
         step = int(info["step"])

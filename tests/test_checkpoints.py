@@ -99,6 +99,9 @@ def test_an_earlier_ablate_s_last_pt_resumes_and_a_state_at_another_step_is_one_
     for crafted in ("../../../etc/passwd", "last-49.pt", "step-50.pt"):  # only the file of its own step is read
         (folder / "last.json").write_text(json.dumps({"step": 50, "config_hash": "hash", "state": crafted}))
         assert last_checkpoint(tmp_path, "hash") is None
+    for unreadable in ("[50]", '{"step": "fifty", "config_hash": "hash"}', "{"):  # none: the run starts afresh
+        (folder / "last.json").write_text(unreadable)
+        assert last_checkpoint(tmp_path, "hash") is None
 
 
 class Exploit:

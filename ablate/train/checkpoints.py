@@ -66,7 +66,7 @@ def kept_steps(directory: Path) -> list[int]:
     return sorted(found)
 
 
-WALL = "wall_seconds"  # the state's entry beside the trainer's state: seconds the job had taken when it was saved
+WALL = "wall_seconds"  # saved beside the trainer's state: the seconds the job had taken when it was saved
 
 
 def wall_seconds(state: dict[str, Any]) -> float:
