@@ -217,7 +217,7 @@ def test_cards_list_departures_from_the_paper(results, written):
 
 def test_a_card_says_where_a_seed_shared_its_machine_and_where_its_result_came_from():
     from ablate.record import RunResult
-    from ablate.report.paper import cost, duration
+    from ablate.report.cards import cost, duration
 
     alone = RunResult(run="a", seed=1, status="completed", steps=8000, epochs=13.49, wall_seconds=8457.5,
                       device="AMD EPYC (AVX2, emulated bf16), 1 thread", precision="bf16",

@@ -22,12 +22,12 @@ from ablate.files import write_text
 from ablate.report import figures, plots
 from ablate.report.breakdown import length_frame, optional_frame
 from ablate.report.budgets import Budgets, at_budget, budget_table, reproduction
+from ablate.report.cards import cards
 from ablate.report.decide import Design
 from ablate.report.forest import forest_plot
 from ablate.report.frame import report_frame, select
 from ablate.report.literature import TITLE, literature_frame
 from ablate.report.page import page
-from ablate.report.paper import cards
 from ablate.report.results import ExperimentResults, load_results
 from ablate.report.sensitivity import at_best_lr, sensitivity_frame, swept
 from ablate.report.tables import FILES, main_table, print_table, render
