@@ -94,7 +94,8 @@ ADDED = {("evaluation", "average_checkpoints"): 1, ("training", "max_target_toke
          ("evaluation", "budgets"): None, ("training", "adam_kernel"): "default",
          ("model", "dropout_sampler"): "bernoulli", ("training", "cross_entropy"): "torch",
          ("training", "early_stopping"): None, ("evaluation", "select"): "last",
-         ("training", "shape_buckets"): None, ("model", "d_v"): None}  # fmt: skip
+         ("training", "shape_buckets"): None, ("model", "d_v"): None,
+         ("evaluation", "length_penalty_form"): "gnmt"}  # fmt: skip
 
 
 def as_stored(spec: dict[str, Any]) -> dict[str, Any]:

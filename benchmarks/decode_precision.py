@@ -60,7 +60,7 @@ def main() -> None:
         with bf16_matmuls(torch.device("cpu"), name):  # as a run decodes: emulated where bf16 is not native
             out = translate(model, [p[0] for p in pairs], data.src_vocab, data.tgt_vocab, beam_size=ev.beam_size,
                             alpha=ev.length_penalty, max_extra_len=ev.max_extra_len, batch_size=ev.batch_size,
-                            device=torch.device("cpu"), autocast=amp)  # fmt: skip
+                            device=torch.device("cpu"), autocast=amp, form=ev.length_penalty_form)  # fmt: skip
         seconds = time.perf_counter() - start
         s = score(out.hypotheses, [p[1] for p in pairs], ev.lowercase)
         bleu[name] = s.bleu

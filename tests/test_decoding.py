@@ -1,5 +1,6 @@
 """Training and decoding proved on a task with a known answer: reversing a sequence of tokens."""
 
+import itertools
 import math
 import random
 
@@ -9,7 +10,7 @@ from sacrebleu.metrics import BLEU
 
 from ablate.data.batches import pad
 from ablate.data.tokenizer import BOS, EOS
-from ablate.model.decoding import beam_search, greedy
+from ablate.model.decoding import FORMS, beam_search, greedy, length_penalty, translate_ids
 from ablate.model.spec import ModelSpec
 from ablate.model.transformer import build_model
 from ablate.train.spec import TrainingSpec
@@ -164,3 +165,48 @@ def test_beam_search_keeps_a_growing_beam_that_the_length_penalty_will_favour():
     best = max(candidates, key=candidates.get)
     assert best == (4,) * 20
     assert beam_search(Scripted(table), src, beam_size=2, alpha=alpha, max_extra_len=18) == [list(best)]
+
+
+def test_length_penalty_forms_are_gnmt_and_fairseq_formulas():
+    assert length_penalty(7, 0.6) == pytest.approx(((5 + 7) / 6) ** 0.6)  # Wu et al. 2016, eq. 14
+    assert length_penalty(7, 0.6, "gnmt") == length_penalty(7, 0.6)
+    assert length_penalty(7, 1.0, "fairseq") == 7.0  # fairseq's --lenpen 1: a mean log-probability a token
+    assert length_penalty(7, 0.5, "fairseq") == pytest.approx(7**0.5)
+    assert length_penalty(7, 0.0, "gnmt") == length_penalty(7, 0.0, "fairseq") == 1.0
+    with pytest.raises(ValueError, match="'moses'"):
+        beam_search(Scripted(torch.zeros(6, 6)), torch.tensor([[4, EOS]]), 2, 0.6, 3, form="moses")
+
+
+@pytest.mark.parametrize("form", FORMS)
+def test_beam_search_returns_the_exhaustive_best_of_each_length_penalty_form(form):
+    """After <s>, tokens 4 and 5 with probability 1/2 each. 5 ends (</s>) with probability 0.9, else goes on to 4;
+    4 goes on to 4 with 0.7 and ends with 0.3. [5] is the likeliest sentence. Divided by GNMT's lp with alpha 1
+    it stays the best; divided by its length, as fairseq does, the long run of 4s that the length limit cuts
+    (log 0.7 = -0.357 a token against [5]'s -0.399) is better. Every sentence up to the limit, scored with the
+    form's formula, is the reference: beam search must return its best, and the two forms must disagree."""
+    never = -1e9
+    table = torch.full((6, 6), never)
+    table[BOS, 4], table[BOS, 5] = math.log(0.5), math.log(0.5)
+    table[5, EOS], table[5, 4] = math.log(0.9), math.log(0.1)
+    table[4, 4], table[4, EOS] = math.log(0.7), math.log(0.3)
+    src = torch.tensor([[7, 8, EOS]])
+    extra = 9
+    limit = 3 + extra  # the source's length with </s>, plus max_extra_len
+
+    def log_prob(tokens):
+        return sum(table[a, b].item() for a, b in zip((BOS, *tokens), tokens, strict=False))
+
+    def best(form):
+        scored = {}
+        for n in range(1, limit + 1):
+            for tokens in itertools.product((4, 5), repeat=n):
+                if n < limit:  # ended by </s>, which counts in |Y|
+                    scored[(*tokens, EOS)] = (log_prob((*tokens, EOS))) / length_penalty(n + 1, 1.0, form)
+                else:  # cut at the limit, no </s>
+                    scored[tokens] = log_prob(tokens) / length_penalty(n, 1.0, form)
+        top = max(scored, key=scored.get)
+        return [t for t in top if t != EOS]
+
+    assert best("gnmt") == [5] and best("fairseq") == [4] * limit
+    assert beam_search(Scripted(table), src, beam_size=2, alpha=1.0, max_extra_len=extra, form=form) == [best(form)]
+    assert translate_ids(Scripted(table), src, 2, 1.0, extra, form) == [best(form)]

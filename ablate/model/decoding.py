@@ -1,5 +1,8 @@
 """Greedy and beam search (§6.1: beam 4, length penalty alpha 0.6, max length = source length + 50).
 
+Beam search ranks finished hypotheses by log-probability over a length penalty lp(|Y|), in one of two forms
+(`FORMS`): GNMT's, which the paper uses, or fairseq's, which papers trained with fairseq decode with.
+
 Both decode a batch at once with the model's incremental cache, and drop finished sentences
 from the batch as they go. Shapes: B sentences, k beams, S source length, V vocabulary.
 """
@@ -39,17 +42,28 @@ def greedy(model: Transformer, src: Tensor, max_extra_len: int = 50, use_cache: 
     return out
 
 
-def length_penalty(length: int, alpha: float) -> float:
-    """GNMT's lp(Y) = ((5 + |Y|) / 6)^alpha (Wu et al. 2016), which the paper uses with alpha 0.6."""
-    return ((5 + length) / 6) ** alpha
+FORMS = ("gnmt", "fairseq")
+"""gnmt: lp(Y) = ((5 + |Y|) / 6)^alpha (Wu et al. 2016), which the paper uses with alpha 0.6.
+fairseq: lp(Y) = |Y|^alpha, fairseq's `--lenpen` (default 1: the mean log-probability a token).
+|Y| counts the hypothesis's </s> when it has one, as both do."""
+
+
+def length_penalty(length: int, alpha: float, form: str = "gnmt") -> float:
+    """lp(|Y|) of `form` (FORMS); both grow with the length for alpha > 0, and are 1 for alpha 0."""
+    if form == "gnmt":
+        return ((5 + length) / 6) ** alpha
+    if form == "fairseq":
+        return length**alpha
+    raise ValueError(f"length penalty form {form!r}: one of {', '.join(FORMS)}")
 
 
 @torch.no_grad()
 def beam_search(model: Transformer, src: Tensor, beam_size: int = 4, alpha: float = 0.6,
-                max_extra_len: int = 50) -> list[list[int]]:  # fmt: skip
+                max_extra_len: int = 50, form: str = "gnmt") -> list[list[int]]:  # fmt: skip
     """Keeps the k best prefixes a sentence; a sentence ends once k hypotheses have finished and no live one
     can beat the worst of them (`_done`), when no live prefix is left, or at its max length; the one with the
-    best log-probability / lp(length) wins."""
+    best log-probability / lp(length) wins, lp in `form` (FORMS)."""
+    length_penalty(1, alpha, form)  # an unknown form fails here, not mid-search
     k, n = beam_size, src.size(0)
     memory, src_mask = model.encode(src)
     memory, src_mask = memory.repeat_interleave(k, 0), src_mask.repeat_interleave(k, 0)  # (B*k, S, d), (B*k, ...)
@@ -78,14 +92,14 @@ def beam_search(model: Transformer, src: Tensor, beam_size: int = 4, alpha: floa
                     chosen.append((beam, token, score))
                 elif rank < k:  # an ending counts only if it ranks among the k best continuations
                     hypothesis = ys[b * k + beam, 1:].tolist()
-                    finished[sentence].append((score / length_penalty(len(hypothesis) + 1, alpha), hypothesis))
+                    finished[sentence].append((score / length_penalty(len(hypothesis) + 1, alpha, form), hypothesis))
             finished[sentence] = sorted(finished[sentence], key=lambda h: -h[0])[:k]
             at_limit = t + 1 >= max_len[sentence]
             if at_limit:  # out of length: the live beams finish where they are
                 for beam, token, score in chosen:
                     hypothesis = [*ys[b * k + beam, 1:].tolist(), token]
-                    finished[sentence].append((score / length_penalty(len(hypothesis), alpha), hypothesis))
-            if at_limit or not chosen or _done(finished[sentence], chosen[0][2], max_len[sentence], k, alpha):
+                    finished[sentence].append((score / length_penalty(len(hypothesis), alpha, form), hypothesis))
+            if at_limit or not chosen or _done(finished[sentence], chosen[0][2], max_len[sentence], k, alpha, form):
                 continue
             chosen += [(*chosen[-1][:2], float("-inf"))] * (k - len(chosen))  # pad with dead beams
             keep.append(b)
@@ -104,17 +118,19 @@ def beam_search(model: Transformer, src: Tensor, beam_size: int = 4, alpha: floa
     return [max(hyps, key=lambda h: h[0])[1] if hyps else [] for hyps in finished]
 
 
-def _done(finished: list[tuple[float, list[int]]], best_live: float, max_len: int, k: int, alpha: float) -> bool:
+def _done(finished: list[tuple[float, list[int]]], best_live: float, max_len: int, k: int, alpha: float,
+          form: str) -> bool:  # fmt: skip
     """k hypotheses have ended, and the best live one, however it ends, scores no better than the worst of them.
 
     A live beam's log-probability only falls as it grows, but with alpha > 0 the penalty it is divided
-    by grows too: its best possible score is its log-probability now over the penalty at the longest
-    it may become (tensor2tensor's bound), not at the next step.
+    by grows too (in either form): its best possible score is its log-probability now over the penalty at the
+    longest it may become (tensor2tensor's bound), not at the next step.
     """
-    return len(finished) >= k and best_live / length_penalty(max_len, alpha) <= finished[-1][0]
+    return len(finished) >= k and best_live / length_penalty(max_len, alpha, form) <= finished[-1][0]
 
 
-def translate_ids(model: Transformer, src: Tensor, beam_size: int, alpha: float, max_extra_len: int) -> list[list[int]]:
+def translate_ids(model: Transformer, src: Tensor, beam_size: int, alpha: float, max_extra_len: int,
+                  form: str = "gnmt") -> list[list[int]]:  # fmt: skip
     if beam_size == 1:
         return greedy(model, src, max_extra_len)
-    return beam_search(model, src, beam_size, alpha, max_extra_len)
+    return beam_search(model, src, beam_size, alpha, max_extra_len, form)

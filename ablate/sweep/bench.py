@@ -191,7 +191,8 @@ class Subject:
         with bf16_matmuls(self.device, self.precision), autocast(self.device, self.precision):
             start = time.perf_counter()
             for src in self.sources:
-                translate_ids(forced, src, beam, ev.length_penalty, ev.max_extra_len)  # type: ignore[arg-type]
+                translate_ids(forced, src, beam, ev.length_penalty, ev.max_extra_len,  # type: ignore[arg-type]
+                              ev.length_penalty_form)  # fmt: skip
             if self.device.type == "cuda":
                 torch.cuda.synchronize(self.device)
             seconds = time.perf_counter() - start

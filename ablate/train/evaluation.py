@@ -40,8 +40,10 @@ class Translation:
 def translate(
     model: Transformer, sources: Sequence[str], src_vocab: Vocabulary, tgt_vocab: Vocabulary, *, beam_size: int,
     alpha: float, max_extra_len: int, batch_size: int, device: torch.device, autocast: torch.autocast | None = None,
+    form: str = "gnmt",
 ) -> Translation:  # fmt: skip
-    """Detokenised translations of `sources`, in order; sentences of similar length are decoded together."""
+    """Detokenised translations of `sources`, in order; sentences of similar length are decoded together. Beam
+    search divides by the length penalty of `form` with `alpha` (ablate.model.decoding.FORMS)."""
     was_training = model.training
     model.eval()
     ids = [[*s, EOS] for s in src_vocab.encode(sources)]
@@ -52,7 +54,7 @@ def translate(
         chunk = order[first : first + batch_size]
         src = pad([ids[i] for i in chunk]).to(device)
         with autocast or torch.autocast(device.type, enabled=False):
-            for i, hyp in zip(chunk, translate_ids(model, src, beam_size, alpha, max_extra_len), strict=True):
+            for i, hyp in zip(chunk, translate_ids(model, src, beam_size, alpha, max_extra_len, form), strict=True):
                 out[i] = hyp
     if device.type == "cuda":
         torch.cuda.synchronize(device)
@@ -131,7 +133,8 @@ def decode(model: Transformer, data: Dataset, ev: EvaluationSpec, device: torch.
         log.phase(f"decoding {split}", f"decoding {split} ({len(pairs)} sentences, beam {ev.beam_size})")
         translation = translate(model, [p[0] for p in pairs], data.src_vocab, data.tgt_vocab,
                                 beam_size=ev.beam_size, alpha=ev.length_penalty, max_extra_len=ev.max_extra_len,
-                                batch_size=ev.batch_size, device=device, autocast=amp)  # fmt: skip
+                                batch_size=ev.batch_size, device=device, autocast=amp,
+                                form=ev.length_penalty_form)  # fmt: skip
         write_text(hypotheses_path(directory, split), "\n".join(translation.hypotheses) + "\n")
         translations[split] = translation
     return translations

@@ -176,7 +176,16 @@ class EvaluationSpec(Section):
     """Decoding and scoring of the test splits (beam search with the paper's settings, §6.1)."""
 
     beam_size: PositiveInt = Field(4, description="1 decodes greedily")
-    length_penalty: NonNegativeFloat = Field(0.6, description="alpha of the GNMT length penalty")
+    length_penalty: NonNegativeFloat = Field(
+        0.6, description="alpha of the length penalty lp(Y) that beam search divides log-probabilities by"
+    )
+    length_penalty_form: Literal["gnmt", "fairseq"] = Field(
+        "gnmt",
+        description="gnmt: lp(Y) = ((5 + |Y|) / 6)^alpha, the paper's (§6.1); fairseq: lp(Y) = |Y|^alpha, fairseq's "
+        "--lenpen (its default 1: the mean log-probability a token), for papers trained and decoded with fairseq; "
+        "|Y| counts </s>",
+        json_schema_extra=ADDED,
+    )
     max_extra_len: NonNegativeInt = Field(50, description="output at most source length + this many tokens")
     batch_size: PositiveInt = Field(100, description="sentences decoded together")
     lowercase: bool = Field(
