@@ -17,8 +17,9 @@ import torch
 
 from ablate.data.dataset import load_dataset
 from ablate.data.tokenizer import PAD
+from ablate.errors import UserError
 from ablate.model.transformer import build_model
-from ablate.rundir import last_checkpoint, read_result
+from ablate.rundir import read_result
 from ablate.train import checkpoints
 from ablate.train.bf16 import bf16_matmuls
 from ablate.train.device import native_bf16
@@ -39,14 +40,11 @@ def main() -> None:
     model = build_model(spec.model, len(data.src_vocab), len(data.tgt_vocab), pad_id=PAD).eval()
     result = read_result(args.run_dir)
     averaged = result.averaged_steps if result is not None else None
-    last = last_checkpoint(args.run_dir, job.config_hash)
-    if averaged and not args.last:
-        model.load_state_dict(checkpoints.average([checkpoints.load(checkpoints.weights_path(args.run_dir, s))
-                                                   for s in averaged]))  # fmt: skip
-    elif last is not None:
-        model.load_state_dict(checkpoints.load_state(last)["model"])
-    else:
-        raise SystemExit(f"{args.run_dir}: no checkpoint")
+    try:
+        model.load_state_dict(checkpoints.scored_weights(args.run_dir, None if args.last else averaged,
+                                                         job.config_hash))  # fmt: skip
+    except UserError as error:
+        raise SystemExit(str(error)) from None
     ev = spec.evaluation
     split, pairs = next(iter(data.tests.items()))
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, native bf16: {native_bf16()}; "

@@ -53,6 +53,27 @@ def test_saving_keeps_the_weights_of_the_last_n_steps(tmp_path):
     assert checkpoints.kept_steps(tmp_path) == [20, 30]
 
 
+def test_the_scored_weights_are_the_mean_of_the_averaged_steps_or_the_last_model(tmp_path):
+    """What a finished run decoded, for decoding it again (benchmarks/decode_*.py): the mean of the steps its result
+    averaged, whichever steps are kept beside them; without averaging, the last checkpoint's model."""
+    model = tiny_model()
+    for step in (10, 20, 30):
+        with torch.no_grad():
+            for p in model.parameters():
+                p.fill_(step)
+        checkpoints.save(tmp_path, {"model": model.state_dict(), "step": step}, step, "hash", keep=3)
+
+    def values(state):
+        return {v.flatten()[0].item() for k, v in state.items() if "weight" in k or "bias" in k}
+
+    assert values(checkpoints.scored_weights(tmp_path, [10, 20], "hash")) == {15.0}  # not the last 3: 20
+    assert values(checkpoints.scored_weights(tmp_path, None, "hash")) == {30.0}
+    with pytest.raises(UserError, match=r"checkpoints: the weights of step\(s\) \[40\], which the run averaged"):
+        checkpoints.scored_weights(tmp_path, [30, 40], "hash")
+    with pytest.raises(UserError, match="no checkpoint of this run"):
+        checkpoints.scored_weights(tmp_path, None, "another hash")
+
+
 def test_a_kill_between_the_state_and_last_json_resumes_from_the_checkpoint_before_whole(tmp_path, monkeypatch):
     """The state is written to a file of its step, then last.json, which names it, then the one before goes: killed
     between the two writes, the run resumes from the checkpoint before, its state and its step together. (With one

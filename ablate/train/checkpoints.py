@@ -24,7 +24,7 @@ import torch
 
 from ablate.errors import UserError
 from ablate.files import write_json
-from ablate.rundir import CHECKPOINT_INFO, CHECKPOINTS, Checkpoint, state_name
+from ablate.rundir import CHECKPOINT_INFO, CHECKPOINTS, Checkpoint, last_checkpoint, state_name
 
 
 def load(path: Path, device: torch.device | str = "cpu") -> dict[str, Any]:
@@ -141,3 +141,19 @@ def averaged_weights(directory: Path, n: int, device: torch.device | str = "cpu"
     if until is not None and until not in steps:
         raise ValueError(f"{directory}: no weights kept of step {until} (kept: {kept_steps(directory)})")
     return average([load(weights_path(directory, s), device) for s in steps]), steps
+
+
+def scored_weights(directory: Path, averaged_steps: Sequence[int] | None, config_hash: str | None,
+                   device: torch.device | str = "cpu") -> dict[str, torch.Tensor]:  # fmt: skip
+    """The weights a finished run decoded: the mean of `averaged_steps` (its result's), or, without them, its last
+    checkpoint's model. Raises UserError when neither is on disk."""
+    if averaged_steps:
+        missing = [s for s in averaged_steps if not weights_path(directory, s).is_file()]
+        if missing:
+            raise UserError(f"{directory / CHECKPOINTS}: the weights of step(s) {missing}, which the run averaged, "
+                            "are not kept")  # fmt: skip
+        return average([load(weights_path(directory, s), device) for s in averaged_steps])
+    found = last_checkpoint(directory, config_hash)
+    if found is None:
+        raise UserError(f"{directory / CHECKPOINTS}: no checkpoint of this run")
+    return load_state(found, device)["model"]
