@@ -98,6 +98,13 @@ ADDED = {("evaluation", "average_checkpoints"): 1, ("training", "max_target_toke
          ("evaluation", "length_penalty_form"): "gnmt"}  # fmt: skip
 
 
+# Keys that change only how a run's trained weights are decoded and scored: a finished run whose spec changes in
+# these alone is decoded again from its last checkpoint (`decoding_changes`, `set_aside_for_decoding`), not retrained.
+DECODING = {("evaluation", "beam_size"), ("evaluation", "length_penalty"), ("evaluation", "length_penalty_form"),
+            ("evaluation", "max_extra_len"), ("evaluation", "batch_size"), ("evaluation", "lowercase"),
+            ("evaluation", "length_buckets"), ("data", "test")}  # fmt: skip
+
+
 def as_stored(spec: dict[str, Any]) -> dict[str, Any]:
     """A spec stored before some ADDED keys existed, with each missing one at the value runs had then: validated
     today, it is the run it was (a field whose default has since changed, `config.added(was=...)`, included)."""
@@ -203,6 +210,58 @@ def last_checkpoint(directory: Path, expected_hash: str | None) -> Checkpoint | 
         if expected_hash in (None, info["config_hash"]) and state.is_file():
             return Checkpoint(step, state)
     return None
+
+
+def decoding_changes(directory: Path, spec: dict[str, Any]) -> list[str] | None:
+    """The keys ("evaluation.beam_size", ...) in which `spec` (resolved, as `RunSpec.model_dump(mode='json')`)
+    differs from the spec of the run directory's result, when they change only its decoding (DECODING) and its
+    trained weights can be decoded again: a completed result, the last checkpoint at its end (made with its
+    config, or already with `spec`'s, by a decoding again cut short), no budget points. Else None. Reads only."""
+    with contextlib.suppress(OSError, ValueError, KeyError, TypeError, AttributeError):
+        job = read_json(directory / JOB)
+        before, after = as_stored(job["spec"]), as_stored(spec)
+        changed = sorted(f"{section}.{key}" for section in before.keys() | after.keys()
+                         for key in (before.get(section) or {}).keys() | (after.get(section) or {}).keys()
+                         if (section, key) not in BOOKKEEPING
+                         and before[section].get(key) != after[section].get(key))  # fmt: skip
+        if not changed or any(tuple(key.split(".", 1)) not in DECODING for key in changed):
+            return None
+        if before["evaluation"].get("budgets") or after["evaluation"].get("budgets"):
+            return None  # budget points were decoded during training, from weights no longer kept
+        result = read_result(directory)
+        info = read_json(directory / CHECKPOINT_INFO)
+        found = last_checkpoint(directory, None)
+        if (result is None or not result.ok or found is None or found.step != result.steps
+                or info["config_hash"] not in (job["config_hash"], config_hash(spec))):  # fmt: skip
+            return None
+        return changed
+    return None
+
+
+def set_aside_for_decoding(directory: Path, new_hash: str) -> Path:
+    """Makes a finished run ready to be decoded again under the config `new_hash` (see `decoding_changes`); returns
+    where its earlier result went.
+
+    Everything but its checkpoints is copied to seed-<n>.stale-<hash> (nothing is lost). Then the end's
+    validation leaves metrics.jsonl (it is logged again), hypotheses/ goes, last.json takes the new hash, and
+    result.json goes last: a kill at any point leaves either the earlier result, decoded again by the next
+    `ablate run`, or a checkpoint of the new config, which it resumes (at the end: straight to decoding)."""
+    stale = stale_path(directory)
+    partial = stale.with_name(stale.name + ".partial")
+    shutil.rmtree(partial, ignore_errors=True)
+    shutil.copytree(directory, partial, ignore=shutil.ignore_patterns(CHECKPOINTS, LOCK))
+    partial.rename(stale)
+    result = read_result(directory)
+    end = result.steps if result is not None else None
+    records = (directory / METRICS).read_text(encoding="utf-8").splitlines() if (directory / METRICS).is_file() else []
+    last = max((i for i, line in enumerate(records) if '"valid_loss"' in line), default=None)
+    if last is not None and json.loads(records[last]).get("step") == end:
+        write_text(directory / METRICS, "".join(f"{line}\n" for i, line in enumerate(records) if i != last))
+    shutil.rmtree(directory / HYPOTHESES, ignore_errors=True)
+    info = read_json(directory / CHECKPOINT_INFO)
+    write_json(directory / CHECKPOINT_INFO, info | {"config_hash": new_hash})
+    (directory / RESULT).unlink()
+    return stale
 
 
 def checkpoint_step(directory: Path, expected_hash: str) -> int | None:

@@ -12,7 +12,7 @@ import time
 import pytest
 import torch
 
-from ablate.rundir import read_metrics
+from ablate.rundir import decoding_changes, read_metrics, read_validations, set_aside_for_decoding
 from tests.conftest import ALL_CORES, ROOT, cli, on_cores
 
 SMOKE = ROOT / "experiments" / "smoke.yaml"
@@ -247,6 +247,53 @@ def test_a_changed_spec_is_run_again_and_the_table_says_so(tmp_path, smoke_run):
                 "--results", str(tmp_path))  # fmt: skip
     assert fresh.returncode == 0 and "started over (--fresh)" in fresh.stdout
     assert "note" not in result(tmp_path / "smoke", "baseline")
+
+
+def test_a_run_whose_decoding_alone_changed_is_decoded_again_as_a_fresh_run_would_decode_it(tmp_path, smoke_run):
+    """A finished run whose spec changed only in how its weights are decoded (rundir.DECODING) is decoded again from
+    its last checkpoint, not retrained: the hypotheses, scores and logs of a run trained afresh with the new spec.
+    The earlier result is set aside whole; decoding back, cut short before the new job.json, gives it again."""
+    assert smoke_run.returncode == 0, smoke_run.stderr
+    shutil.copytree(smoke_run.results, tmp_path / "again", dirs_exist_ok=True)
+    root, seed = tmp_path / "again" / "smoke", tmp_path / "again" / "smoke" / "runs" / "baseline" / "seed-1"
+    split = "hypotheses/test_2017_mscoco.txt"
+    old, old_hypotheses = result(root, "baseline"), (seed / split).read_text()
+    decoding = ["--set", "evaluation.beam_size=3", "--set", "evaluation.length_penalty_form=fairseq",
+                "--set", "evaluation.length_penalty=1.0"]  # fmt: skip
+    again = cli("run", str(SMOKE), "--only", "baseline", *decoding, "--results", str(tmp_path / "again"))
+    assert again.returncode == 0, again.stderr
+    assert ("only the decoding changed (evaluation.beam_size, evaluation.length_penalty, "
+            "evaluation.length_penalty_form)") in " ".join(again.stdout.split())  # fmt: skip
+    fresh = cli("run", str(SMOKE), "--only", "baseline", *decoding, "--results", str(tmp_path / "fresh"))
+    assert fresh.returncode == 0, fresh.stderr
+    new, trained = result(root, "baseline"), result(tmp_path / "fresh" / "smoke", "baseline")
+    assert new["config_hash"] == trained["config_hash"] != old["config_hash"]
+    assert new["resumed_from_step"] == new["steps"] == trained["steps"] == 150  # nothing was trained again
+    assert new["scores"] == trained["scores"] != old["scores"]
+    assert (seed / split).read_text() == (tmp_path / "fresh" / "smoke" / "runs" / "baseline" / "seed-1" / split
+                                          ).read_text() != old_hypotheses  # fmt: skip
+    assert losses(root, "baseline") == losses(tmp_path / "fresh" / "smoke", "baseline")
+
+    def validations(directory):  # the end's validation logged once, as in a run trained once
+        return [(v.step, v.valid_loss, v.averaged) for v in read_validations(directory)]
+
+    assert validations(seed) == validations(tmp_path / "fresh" / "smoke" / "runs" / "baseline" / "seed-1")
+    assert table(root)["baseline"]["note"].startswith("decoded again: only the decoding changed")
+    kept = seed.with_name(f"seed-1.stale-{old['config_hash']}")
+    assert json.loads((kept / "result.json").read_text()) == old and (kept / split).read_text() == old_hypotheses
+
+    spec = json.loads((seed / "job.json").read_text())["spec"]
+    assert decoding_changes(seed, spec | {"data": spec["data"] | {"test": ["test_2016_flickr"]}}) == ["data.test"]
+    assert decoding_changes(seed, spec | {"training": spec["training"] | {"max_steps": 30}}) is None  # trains again
+    assert decoding_changes(seed, spec | {"evaluation": spec["evaluation"] | {"average_checkpoints": 2}}) is None
+
+    # decoding back to smoke's own spec, cut short after last.json took its config but before job.json did
+    set_aside_for_decoding(seed, old["config_hash"])
+    back = cli("run", str(SMOKE), "--only", "baseline", "--results", str(tmp_path / "again"))
+    assert back.returncode == 0, back.stderr
+    assert "resumes from step 150" in " ".join(back.stdout.split())
+    assert (seed / split).read_text() == old_hypotheses
+    assert result(root, "baseline")["scores"] == old["scores"]
 
 
 def test_seeds_give_mean_and_std_with_n(tmp_path, smoke_run):

@@ -1,7 +1,9 @@
 """What a sweep would do with each job (run, resume, re-run, skip...), read from its run directory alone.
 
 A job whose spec and seed (its config hash) finished anywhere under the results root, or trains
-earlier in the same plan, is reused rather than trained again (`--fresh` trains it).
+earlier in the same plan, is reused rather than trained again (`--fresh` trains it). A finished job whose spec
+changed in its decoding alone (beam, length penalty, test splits: rundir.DECODING) is decoded again from its last
+checkpoint rather than retrained.
 
 `ablate run` acts on the plan; `--dry-run` prints it, with each job's size: parameters at the nominal
 vocabulary, tokens a step and steps.
@@ -14,7 +16,16 @@ from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
 
-from ablate.rundir import RunLock, checkpoint_step, config_hash, finished_jobs, job_dir, read_result, stored_hash
+from ablate.rundir import (
+    RunLock,
+    checkpoint_step,
+    config_hash,
+    decoding_changes,
+    finished_jobs,
+    job_dir,
+    read_result,
+    stored_hash,
+)
 from ablate.sweep.experiment import Experiment, Run
 from ablate.train.job import Job
 
@@ -23,6 +34,7 @@ class Action(str, Enum):
     RUN = "run"
     RESUME = "resume"  # from its last checkpoint
     RERUN = "rerun"  # the spec changed: the earlier result is set aside
+    REDECODE = "redecode"  # only the decoding changed: the earlier result is set aside, the trained weights decoded
     RETRY = "retry"  # failed earlier
     FRESH = "fresh"  # --fresh: deleted and started over
     SKIP = "skip"  # completed or diverged earlier
@@ -120,6 +132,14 @@ def classify(job: Job, fresh: bool) -> Planned:
         return Planned(job, Action.FRESH, "started over (--fresh)")
     old = stored_hash(d)
     if old is not None and old != job.config_hash:
+        changed = decoding_changes(d, job.spec)
+        if changed is not None:
+            why = (f"only the decoding changed ({', '.join(changed)}): its trained weights are decoded again "
+                   f"(config {old} -> {job.config_hash})")  # fmt: skip
+            return Planned(job, Action.REDECODE, why)
+        step = checkpoint_step(d, job.config_hash)
+        if step is not None:  # a decoding again, cut short after its checkpoint took the new config
+            return Planned(job, Action.RESUME, f"resumes from step {step}")
         why = f"the spec changed since the earlier result (config {old} -> {job.config_hash})"
         return Planned(job, Action.RERUN, why)
     result = read_result(d)

@@ -35,6 +35,7 @@ from ablate.rundir import (
     checkpoint_step,
     read_result,
     reuse,
+    set_aside_for_decoding,
     stale_path,
     stored_hash,
     truncate_metrics,
@@ -204,6 +205,10 @@ def prepare(planned: Planned, tensorboard: Path | None = None) -> None:
         stale = stale_path(d)
         d.rename(stale)
         job.note = f"re-run: the spec changed since the earlier result, kept in {stale.name}"
+    elif planned.action == Action.REDECODE:
+        job.threads = Job.load(d).threads  # decoded on the threads it trained on, as a run uninterrupted is
+        stale = set_aside_for_decoding(d, job.config_hash)
+        job.note = f"decoded again: only the decoding changed since the earlier result, kept in {stale.name}"
     elif planned.action == Action.RETRY:
         (d / RESULT).unlink(missing_ok=True)
     elif planned.action == Action.RESUME and (d / JOB).is_file():
