@@ -98,10 +98,11 @@ ADDED = {("evaluation", "average_checkpoints"): 1, ("training", "max_target_toke
          ("evaluation", "length_penalty_form"): "gnmt"}  # fmt: skip
 
 
-# Keys that change only how a run's trained weights are decoded and scored: a finished run whose spec changes in
-# these alone is decoded again from its last checkpoint (`decoding_changes`, `set_aside_for_decoding`), not retrained.
+# Keys that change only how a run's trained weights are decoded and scored at its end: a finished run whose spec
+# changes in these alone is decoded again from its last checkpoint (`decoding_changes`, `set_aside_for_decoding`), not
+# retrained. Not max_extra_len, batch_size or lowercase: training's validations decode greedily with them (valid BLEU,
+# which early stopping may read).
 DECODING = {("evaluation", "beam_size"), ("evaluation", "length_penalty"), ("evaluation", "length_penalty_form"),
-            ("evaluation", "max_extra_len"), ("evaluation", "batch_size"), ("evaluation", "lowercase"),
             ("evaluation", "length_buckets"), ("data", "test")}  # fmt: skip
 
 

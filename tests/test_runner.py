@@ -286,6 +286,7 @@ def test_a_run_whose_decoding_alone_changed_is_decoded_again_as_a_fresh_run_woul
     assert decoding_changes(seed, spec | {"data": spec["data"] | {"test": ["test_2016_flickr"]}}) == ["data.test"]
     assert decoding_changes(seed, spec | {"training": spec["training"] | {"max_steps": 30}}) is None  # trains again
     assert decoding_changes(seed, spec | {"evaluation": spec["evaluation"] | {"average_checkpoints": 2}}) is None
+    assert decoding_changes(seed, spec | {"evaluation": spec["evaluation"] | {"lowercase": True}}) is None  # valid BLEU
 
     # decoding back to smoke's own spec, cut short after last.json took its config but before job.json did
     set_aside_for_decoding(seed, old["config_hash"])
