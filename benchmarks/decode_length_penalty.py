@@ -4,7 +4,8 @@ Each run's scored weights (the mean of the checkpoints it averaged, or its last)
 them (its beam, max length and precision) on its validation split and every test split, once for each penalty
 `FORM:ALPHA` (ablate.model.decoding.FORMS): GNMT's ((5 + |Y|) / 6)^alpha, the paper's and ablate's default, and
 fairseq's |Y|^alpha (its `--lenpen`, 1 by default), which papers decoded with fairseq used. The run's own penalty
-is decoded too: its test hypotheses must be the ones the run wrote, which the last column checks.
+is decoded too: its test hypotheses must be the ones the run wrote, which the last column checks. `--average N`
+looks at a run still training: the mean of its last N kept checkpoints.
 
 A penalty is part of a recipe, taken from the paper it reproduces. Choose one on the validation split, never by
 these test scores: this prints them to report what a recipe's decoding does, not to pick it.
@@ -56,26 +57,40 @@ def main() -> None:
     parser.add_argument("run_dirs", type=Path, nargs="+", help="finished jobs' directories (runs/<run>/seed-<n>)")
     parser.add_argument("--penalties", type=penalties, default=penalties("gnmt:0.6,fairseq:1"),
                         help="comma-separated FORM:ALPHA (default gnmt:0.6,fairseq:1)")  # fmt: skip
+    parser.add_argument("--average", type=int, metavar="N",
+                        help="the mean of the last N checkpoints kept, instead of the weights the run scored: a look "
+                        "at a run still training")  # fmt: skip
+    parser.add_argument("--splits", help="comma-separated splits to decode (default: validation and every test split)")
     args = parser.parse_args()
 
     rows = []  # (run, split, penalty, BLEU, cased BLEU, chrF, length ratio, same as result.json)
     for run_dir in args.run_dirs:
         job, result = Job.load(run_dir), read_result(run_dir)
-        if result is None or not result.ok:
-            raise SystemExit(f"{run_dir}: no completed result.json")
+        if args.average is None and (result is None or not result.ok):
+            raise SystemExit(f"{run_dir}: no completed result.json (--average N looks at a run still training)")
         spec = job.run_spec()
         ev = spec.evaluation
         data = load_dataset(spec.data, spec.tokenizer)
         model = build_model(spec.model, len(data.src_vocab), len(data.tgt_vocab), pad_id=PAD).eval()
+        steps = checkpoints.kept_steps(run_dir)[-args.average :] if args.average else result.averaged_steps
         try:
-            model.load_state_dict(checkpoints.scored_weights(run_dir, result.averaged_steps, job.config_hash))
+            model.load_state_dict(checkpoints.scored_weights(run_dir, steps, job.config_hash))
         except UserError as error:
             raise SystemExit(str(error)) from None
-        precision, device = result.precision or "fp32", torch.device("cpu")
+        precision = (result.precision if result is not None else None) or spec.training.precision
+        if precision not in ("fp32", "bf16"):
+            raise SystemExit(f"{run_dir}: training.precision is {precision!r}; decode a finished run")
+        device = torch.device("cpu")
         splits = {spec.data.valid: data.valid_pairs, **data.tests}
+        if args.splits:
+            unknown = set(args.splits.split(",")) - set(splits)
+            if unknown:
+                raise SystemExit(f"--splits: {', '.join(sorted(unknown))}: not a split of {run_dir} "
+                                 f"({', '.join(splits)})")  # fmt: skip
+            splits = {name: pairs for name, pairs in splits.items() if name in args.splits.split(",")}
         own = (ev.length_penalty_form, ev.length_penalty)
-        print(f"{run_dir}: {'mean of steps ' + str(result.averaged_steps) if result.averaged_steps else 'last'}, "
-              f"beam {ev.beam_size}, {precision}, {torch.get_num_threads()} threads", flush=True)  # fmt: skip
+        print(f"{run_dir}: {'mean of steps ' + str(steps) if steps else 'last'}, beam {ev.beam_size}, {precision}, "
+              f"{torch.get_num_threads()} threads", flush=True)  # fmt: skip
         for form, alpha in sorted(set(args.penalties) | {own}, key=lambda p: p != own):
             for split, pairs in splits.items():
                 with bf16_matmuls(device, precision):
@@ -85,7 +100,7 @@ def main() -> None:
                                     form=form)  # fmt: skip
                 refs = [p[1] for p in pairs]
                 scored, cased = score(out.hypotheses, refs, ev.lowercase), score(out.hypotheses, refs)
-                same = same_as_run(run_dir, split, out.hypotheses) if (form, alpha) == own else ""
+                same = same_as_run(run_dir, split, out.hypotheses) if (form, alpha) == own and not args.average else ""
                 rows.append((run_dir, split, f"{form}:{alpha:g}", scored.bleu, cased.bleu, scored.chrf,
                              length_ratio(out.hypotheses, refs, ev.lowercase), same))  # fmt: skip
                 print(f"  {split} {form}:{alpha:g}: BLEU {scored.bleu:.2f} (cased {cased.bleu:.2f}) "
