@@ -3,6 +3,7 @@
 import itertools
 import math
 import random
+import typing
 
 import pytest
 import torch
@@ -13,7 +14,7 @@ from ablate.data.tokenizer import BOS, EOS
 from ablate.model.decoding import FORMS, beam_search, greedy, length_penalty, translate_ids
 from ablate.model.spec import ModelSpec
 from ablate.model.transformer import build_model
-from ablate.train.spec import TrainingSpec
+from ablate.train.spec import EvaluationSpec, TrainingSpec
 from ablate.train.trainer import Trainer
 
 V = 24
@@ -165,6 +166,10 @@ def test_beam_search_keeps_a_growing_beam_that_the_length_penalty_will_favour():
     best = max(candidates, key=candidates.get)
     assert best == (4,) * 20
     assert beam_search(Scripted(table), src, beam_size=2, alpha=alpha, max_extra_len=18) == [list(best)]
+
+
+def test_the_spec_offers_exactly_the_length_penalties_beam_search_knows():
+    assert typing.get_args(EvaluationSpec.model_fields["length_penalty_form"].annotation) == FORMS
 
 
 def test_length_penalty_forms_are_gnmt_and_fairseq_formulas():

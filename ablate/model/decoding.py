@@ -1,13 +1,15 @@
 """Greedy and beam search (§6.1: beam 4, length penalty alpha 0.6, max length = source length + 50).
 
 Beam search ranks finished hypotheses by log-probability over a length penalty lp(|Y|), in one of two forms
-(`FORMS`): GNMT's, which the paper uses, or fairseq's, which papers trained with fairseq decode with.
+(`LENGTH_PENALTIES`): GNMT's, which the paper uses, or fairseq's, which papers trained with fairseq decode with.
 
 Both decode a batch at once with the model's incremental cache, and drop finished sentences
 from the batch as they go. Shapes: B sentences, k beams, S source length, V vocabulary.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import torch
 from torch import Tensor
@@ -42,19 +44,31 @@ def greedy(model: Transformer, src: Tensor, max_extra_len: int = 50, use_cache: 
     return out
 
 
-FORMS = ("gnmt", "fairseq")
-"""gnmt: lp(Y) = ((5 + |Y|) / 6)^alpha (Wu et al. 2016), which the paper uses with alpha 0.6.
-fairseq: lp(Y) = |Y|^alpha, fairseq's `--lenpen` (default 1: the mean log-probability a token).
-|Y| counts the hypothesis's </s> when it has one, as both do."""
+def gnmt_penalty(length: int, alpha: float) -> float:
+    """GNMT's lp(Y) = ((5 + |Y|) / 6)^alpha (Wu et al. 2016), which the paper uses with alpha 0.6 (§6.1)."""
+    return ((5 + length) / 6) ** alpha
+
+
+def fairseq_penalty(length: int, alpha: float) -> float:
+    """fairseq's lp(Y) = |Y|^alpha (`--lenpen`, 1 by default there: the mean log-probability a token)."""
+    return length**alpha
+
+
+LENGTH_PENALTIES: dict[str, Callable[[int, float], float]] = {"gnmt": gnmt_penalty, "fairseq": fairseq_penalty}
+"""evaluation.length_penalty_form's values. |Y| counts the hypothesis's </s> when it has one, as both do; both grow
+with the length for alpha > 0, and are 1 for alpha 0."""
+FORMS = tuple(LENGTH_PENALTIES)
 
 
 def length_penalty(length: int, alpha: float, form: str = "gnmt") -> float:
-    """lp(|Y|) of `form` (FORMS); both grow with the length for alpha > 0, and are 1 for alpha 0."""
-    if form == "gnmt":
-        return ((5 + length) / 6) ** alpha
-    if form == "fairseq":
-        return length**alpha
-    raise ValueError(f"length penalty form {form!r}: one of {', '.join(FORMS)}")
+    """lp(|Y|) of `form` (LENGTH_PENALTIES)."""
+    return penalty_of(form)(length, alpha)
+
+
+def penalty_of(form: str) -> Callable[[int, float], float]:
+    if form not in LENGTH_PENALTIES:
+        raise ValueError(f"length penalty form {form!r}: one of {', '.join(FORMS)}")
+    return LENGTH_PENALTIES[form]
 
 
 @torch.no_grad()
@@ -62,8 +76,8 @@ def beam_search(model: Transformer, src: Tensor, beam_size: int = 4, alpha: floa
                 max_extra_len: int = 50, form: str = "gnmt") -> list[list[int]]:  # fmt: skip
     """Keeps the k best prefixes a sentence; a sentence ends once k hypotheses have finished and no live one
     can beat the worst of them (`_done`), when no live prefix is left, or at its max length; the one with the
-    best log-probability / lp(length) wins, lp in `form` (FORMS)."""
-    length_penalty(1, alpha, form)  # an unknown form fails here, not mid-search
+    best log-probability / lp(length) wins, lp in `form` (LENGTH_PENALTIES)."""
+    lp = penalty_of(form)  # an unknown form fails here, not mid-search
     k, n = beam_size, src.size(0)
     memory, src_mask = model.encode(src)
     memory, src_mask = memory.repeat_interleave(k, 0), src_mask.repeat_interleave(k, 0)  # (B*k, S, d), (B*k, ...)
@@ -92,14 +106,14 @@ def beam_search(model: Transformer, src: Tensor, beam_size: int = 4, alpha: floa
                     chosen.append((beam, token, score))
                 elif rank < k:  # an ending counts only if it ranks among the k best continuations
                     hypothesis = ys[b * k + beam, 1:].tolist()
-                    finished[sentence].append((score / length_penalty(len(hypothesis) + 1, alpha, form), hypothesis))
+                    finished[sentence].append((score / lp(len(hypothesis) + 1, alpha), hypothesis))
             finished[sentence] = sorted(finished[sentence], key=lambda h: -h[0])[:k]
             at_limit = t + 1 >= max_len[sentence]
             if at_limit:  # out of length: the live beams finish where they are
                 for beam, token, score in chosen:
                     hypothesis = [*ys[b * k + beam, 1:].tolist(), token]
-                    finished[sentence].append((score / length_penalty(len(hypothesis), alpha, form), hypothesis))
-            if at_limit or not chosen or _done(finished[sentence], chosen[0][2], max_len[sentence], k, alpha, form):
+                    finished[sentence].append((score / lp(len(hypothesis), alpha), hypothesis))
+            if at_limit or not chosen or _done(finished[sentence], chosen[0][2], max_len[sentence], k, alpha, lp):
                 continue
             chosen += [(*chosen[-1][:2], float("-inf"))] * (k - len(chosen))  # pad with dead beams
             keep.append(b)
@@ -119,14 +133,14 @@ def beam_search(model: Transformer, src: Tensor, beam_size: int = 4, alpha: floa
 
 
 def _done(finished: list[tuple[float, list[int]]], best_live: float, max_len: int, k: int, alpha: float,
-          form: str) -> bool:  # fmt: skip
+          lp: Callable[[int, float], float]) -> bool:  # fmt: skip
     """k hypotheses have ended, and the best live one, however it ends, scores no better than the worst of them.
 
     A live beam's log-probability only falls as it grows, but with alpha > 0 the penalty it is divided
     by grows too (in either form): its best possible score is its log-probability now over the penalty at the
     longest it may become (tensor2tensor's bound), not at the next step.
     """
-    return len(finished) >= k and best_live / length_penalty(max_len, alpha, form) <= finished[-1][0]
+    return len(finished) >= k and best_live / lp(max_len, alpha) <= finished[-1][0]
 
 
 def translate_ids(model: Transformer, src: Tensor, beam_size: int, alpha: float, max_extra_len: int,
