@@ -11,7 +11,7 @@ from sacrebleu.metrics import BLEU
 
 from ablate.data.batches import pad
 from ablate.data.tokenizer import BOS, EOS
-from ablate.model.decoding import FORMS, beam_search, greedy, length_penalty, translate_ids
+from ablate.model.decoding import FORMS, beam_search, greedy, penalty_of, translate_ids
 from ablate.model.spec import ModelSpec
 from ablate.model.transformer import build_model
 from ablate.train.spec import EvaluationSpec, TrainingSpec
@@ -173,11 +173,11 @@ def test_the_spec_offers_exactly_the_length_penalties_beam_search_knows():
 
 
 def test_length_penalty_forms_are_gnmt_and_fairseq_formulas():
-    assert length_penalty(7, 0.6) == pytest.approx(((5 + 7) / 6) ** 0.6)  # Wu et al. 2016, eq. 14
-    assert length_penalty(7, 0.6, "gnmt") == length_penalty(7, 0.6)
-    assert length_penalty(7, 1.0, "fairseq") == 7.0  # fairseq's --lenpen 1: a mean log-probability a token
-    assert length_penalty(7, 0.5, "fairseq") == pytest.approx(7**0.5)
-    assert length_penalty(7, 0.0, "gnmt") == length_penalty(7, 0.0, "fairseq") == 1.0
+    gnmt, fairseq = penalty_of("gnmt"), penalty_of("fairseq")
+    assert gnmt(7, 0.6) == pytest.approx(((5 + 7) / 6) ** 0.6)  # Wu et al. 2016, eq. 14
+    assert fairseq(7, 1.0) == 7.0  # fairseq's --lenpen 1: a mean log-probability a token
+    assert fairseq(7, 0.5) == pytest.approx(7**0.5)
+    assert gnmt(7, 0.0) == fairseq(7, 0.0) == 1.0
     with pytest.raises(ValueError, match="'moses'"):
         beam_search(Scripted(torch.zeros(6, 6)), torch.tensor([[4, EOS]]), 2, 0.6, 3, form="moses")
 
@@ -201,14 +201,16 @@ def test_beam_search_returns_the_exhaustive_best_of_each_length_penalty_form(for
     def log_prob(tokens):
         return sum(table[a, b].item() for a, b in zip((BOS, *tokens), tokens, strict=False))
 
+    formulas = {"gnmt": lambda n: (5 + n) / 6, "fairseq": lambda n: n}  # lp(|Y|) at alpha 1, written out
+
     def best(form):
-        scored = {}
+        lp, scored = formulas[form], {}
         for n in range(1, limit + 1):
             for tokens in itertools.product((4, 5), repeat=n):
                 if n < limit:  # ended by </s>, which counts in |Y|
-                    scored[(*tokens, EOS)] = (log_prob((*tokens, EOS))) / length_penalty(n + 1, 1.0, form)
+                    scored[(*tokens, EOS)] = log_prob((*tokens, EOS)) / lp(n + 1)
                 else:  # cut at the limit, no </s>
-                    scored[tokens] = log_prob(tokens) / length_penalty(n, 1.0, form)
+                    scored[tokens] = log_prob(tokens) / lp(n)
         top = max(scored, key=scored.get)
         return [t for t in top if t != EOS]
 

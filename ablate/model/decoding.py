@@ -60,12 +60,8 @@ with the length for alpha > 0, and are 1 for alpha 0."""
 FORMS = tuple(LENGTH_PENALTIES)
 
 
-def length_penalty(length: int, alpha: float, form: str = "gnmt") -> float:
-    """lp(|Y|) of `form` (LENGTH_PENALTIES)."""
-    return penalty_of(form)(length, alpha)
-
-
 def penalty_of(form: str) -> Callable[[int, float], float]:
+    """lp of `form` (LENGTH_PENALTIES), as a function of |Y| and alpha."""
     if form not in LENGTH_PENALTIES:
         raise ValueError(f"length penalty form {form!r}: one of {', '.join(FORMS)}")
     return LENGTH_PENALTIES[form]
