@@ -213,6 +213,35 @@ def last_checkpoint(directory: Path, expected_hash: str | None) -> Checkpoint | 
     return None
 
 
+def spec_changes(before: dict[str, Any], after: dict[str, Any]) -> list[str]:
+    """The keys ("evaluation.beam_size", ...) in which two resolved specs differ, BOOKKEEPING left out; an ADDED key
+    missing from either reads at the value runs had before it."""
+    before, after = as_stored(before), as_stored(after)
+    return sorted(f"{section}.{key}" for section in before.keys() | after.keys()
+                  for key in (before.get(section) or {}).keys() | (after.get(section) or {}).keys()
+                  if (section, key) not in BOOKKEEPING
+                  and (before.get(section) or {}).get(key) != (after.get(section) or {}).get(key))  # fmt: skip
+
+
+def earlier_decodings(directory: Path) -> list[tuple[Path, dict[str, Any]]]:
+    """The earlier results of a job kept beside it (seed-<n>.stale-<hash>) whose spec differs from the job's only in
+    its decoding (DECODING): the same training, scored another way, as a decoding again leaves them. Each with the
+    keys that differ ("evaluation.length_penalty") at the earlier spec's values. Reads only; a copy that cannot be
+    read is left out."""
+    found = []
+    with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
+        spec = read_json(directory / JOB)["spec"]
+        for stale in sorted(directory.parent.glob(f"{directory.name}{STALE}*")):
+            if stale.name.endswith(".partial") or not (stale / RESULT).is_file():
+                continue  # .partial: a set-aside cut short, whose whole copy is still in the job directory
+            with contextlib.suppress(OSError, ValueError, KeyError, TypeError, AttributeError):
+                earlier = as_stored(read_json(stale / JOB)["spec"])
+                changed = spec_changes(earlier, spec)
+                if changed and all(tuple(key.split(".", 1)) in DECODING for key in changed):
+                    found.append((stale, {key: earlier[key.split(".")[0]][key.split(".")[1]] for key in changed}))
+    return found
+
+
 def decoding_changes(directory: Path, spec: dict[str, Any]) -> list[str] | None:
     """The keys ("evaluation.beam_size", ...) in which `spec` (resolved, as `RunSpec.model_dump(mode='json')`)
     differs from the spec of the run directory's result, when they change only its decoding (DECODING) and its
@@ -221,10 +250,7 @@ def decoding_changes(directory: Path, spec: dict[str, Any]) -> list[str] | None:
     with contextlib.suppress(OSError, ValueError, KeyError, TypeError, AttributeError):
         job = read_json(directory / JOB)
         before, after = as_stored(job["spec"]), as_stored(spec)
-        changed = sorted(f"{section}.{key}" for section in before.keys() | after.keys()
-                         for key in (before.get(section) or {}).keys() | (after.get(section) or {}).keys()
-                         if (section, key) not in BOOKKEEPING
-                         and before[section].get(key) != after[section].get(key))  # fmt: skip
+        changed = spec_changes(before, after)
         if not changed or any(tuple(key.split(".", 1)) not in DECODING for key in changed):
             return None
         if before["evaluation"].get("budgets") or after["evaluation"].get("budgets"):

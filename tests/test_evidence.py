@@ -108,3 +108,25 @@ def test_a_budget_verdict_line_shows_the_table_s_own_figures():
         for figure, budget in re.findall(r"([−+]\d+\.\d\d) \[[^]]*\]\*? at (\d+)", line):
             assert float(figure.replace("−", "-")) == cells[(run, budget)], (run, budget, line)
     assert "−9.53 [−11.05, −8.00]* at 8000" in budgets.verdicts["none"]
+
+
+def test_the_transformer_tiny_table_of_results_readme_is_what_the_report_computes():
+    """results/README.md's table beside Wu et al.'s 41.02 (each seed, mean ± sd and the 95% interval) is read from
+    the committed runs as report/seeds.md gives it, not typed: a re-decoded or re-run seed cannot leave it stale."""
+    from ablate.report.results import load_results
+    from ablate.report.seeds import seeds_frame
+
+    readme = (ROOT / "results" / "README.md").read_text(encoding="utf-8")
+    section = readme[readme.index("## A published number on the CPU") :]
+    section = section[: section.index("\n### ")]
+    frame, _ = seeds_frame(load_results(ROOT / "results" / "transformer-tiny"))
+    rows = {r["score"]: r for r in frame.to_dict("records") if r["split"] == "test_2016_flickr"}
+    checked = 0
+    for label, score in (("| BLEU, lowercase", "BLEU"), ("| BLEU, cased", "cased BLEU"), ("| chrF, lowercase", "chrF")):
+        line = next(line for line in section.splitlines() if line.startswith(label))
+        figures = [float(f) for f in re.findall(r"(?<![\d.:])\d+\.\d\d(?![\d.])", line.split("|", 2)[2])]
+        row = rows[score]
+        expected = [row["seed 1"], row["seed 2"], row["seed 3"], row["mean"], row["sd"], row["95% lo"], row["95% hi"]]
+        assert figures == expected[: len(figures)] and len(figures) >= 5, (label, figures, expected)
+        checked += 1
+    assert checked == 3

@@ -31,6 +31,20 @@ def test_the_plot_is_written_as_png_and_svg_with_every_row_and_verdict(tmp_path)
     assert "margin" in CAPTION and "one seed" in CAPTION
 
 
+def test_the_same_plot_is_the_same_svg_whatever_a_process_drew_before(tmp_path):
+    """No churn in git: the SVG's ids are salted at saving, also when the forest is a process's first plot (it
+    was drawn with matplotlib's random salt when no other plot had set one)."""
+    import matplotlib.pyplot as plt
+
+    svgs = []
+    for name in ("one", "two"):
+        plt.rcParams["svg.hashsalt"] = None  # matplotlib's default: a random salt a figure
+        (tmp_path / name).mkdir()
+        forest_plot("e", frame(), 1.0, None, tmp_path / name)
+        svgs.append((tmp_path / name / "forest.svg").read_bytes())
+    assert svgs[0] == svgs[1] and b'clip-path="url(#' in svgs[0]
+
+
 def test_no_interval_no_plot(tmp_path):
     empty = frame().iloc[:1]
     assert forest_plot("e", empty, 1.0, None, tmp_path) == [] and not list(tmp_path.iterdir())

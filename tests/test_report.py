@@ -409,3 +409,73 @@ def test_a_terminal_table_cuts_no_word_and_crops_no_column_where_the_longest_wor
     assert "+0.00 [−0.13, +0.11]" in text and "undecided" in text and "(1 seed)" in text, text
     assert column_widths(["a", "b"], [["12345 67", "long words"]], [False, True], 11) == [6, 5]
     assert column_widths(["a", "b"], [["12345 67", "long words"]], [False, True], 9) is None  # rich folds then
+
+
+def test_every_seed_table_gives_each_seed_its_mean_and_t_interval_and_earlier_decodings_beside_them(tmp_path):
+    """report/seeds.md: a row a run, decoding, split and score, every seed's value, the mean ± sd and the mean's 95%
+    interval (t with n − 1 df: scipy.stats, not the report's own t). An earlier result kept beside a job is a row of
+    its own when it differs from the job only in its decoding; one that trained otherwise, or a set-aside cut short
+    (.partial), is not. A run with no earlier decoding has no decoding column."""
+    import statistics
+
+    import pandas as pd
+    from scipy.stats import t
+
+    from ablate.record import RunResult, Score, Status
+    from ablate.report.seeds import seeds_frame
+    from ablate.report.tables import to_markdown
+
+    def job(name, seed, spec, bleu):
+        d = tmp_path / "e" / "runs" / "baseline" / name
+        d.mkdir(parents=True)
+        scores = {split: Score(bleu=b, cased_bleu=b - 0.4, chrf=60.0 + b / 10, bleu_signature=f"case:lc {split}",
+                               chrf_signature="-") for split, b in bleu.items()}  # fmt: skip
+        result = RunResult(experiment="e", run="baseline", seed=seed, status=Status.COMPLETED, scores=scores)
+        (d / "result.json").write_text(result.model_dump_json())
+        (d / "job.json").write_text(json.dumps({"spec": spec}))
+        (d / "config.yaml").write_text(json.dumps(spec))  # JSON is YAML
+
+    def spec(form, alpha, dropout=0.3):
+        return {"model": {"dropout": dropout}, "evaluation": {"length_penalty_form": form, "length_penalty": alpha}}
+
+    fairseq, gnmt = spec("fairseq", 1.0), spec("gnmt", 0.6)
+    scored = {1: (40.13, 39.02), 2: (39.57, 38.11), 3: (40.71, 39.40)}  # seed -> test2016, test2017
+    for seed, (a, b) in scored.items():
+        job(f"seed-{seed}", seed, fairseq, {"test_2016_flickr": a, "test_2017_flickr": b})
+    job("seed-1.stale-aaaaaaaaaaaa", 1, gnmt, {"test_2016_flickr": 39.51, "test_2017_flickr": 38.50})
+    job("seed-2.stale-bbbbbbbbbbbb", 2, gnmt, {"test_2016_flickr": 38.94, "test_2017_flickr": 37.72})
+    job("seed-3.stale-cccccccccccc", 3, spec("gnmt", 0.6, dropout=0.1), {"test_2016_flickr": 10.0})  # trained else
+    job("seed-3.stale-dddddddddddd.partial", 3, gnmt, {"test_2016_flickr": 11.0})  # cut short: not a result
+    frame, notes = seeds_frame(load_results(tmp_path / "e"))
+    rows = {(r["decoding"], r["split"], r["score"]): r for r in frame.to_dict("records")}
+    now, before = "length_penalty 1.0; length_penalty_form fairseq", "length_penalty 0.6; length_penalty_form gnmt"
+    assert set(rows) == {
+        (d, s, score)
+        for d in (now, before + " (set aside)")
+        for s in ("test_2016_flickr", "test_2017_flickr")
+        for score in ("BLEU", "cased BLEU", "chrF")
+    }
+    for decoding, split, score, expected in [
+        (now, "test_2016_flickr", "BLEU", {1: 40.13, 2: 39.57, 3: 40.71}),
+        (now, "test_2017_flickr", "cased BLEU", {1: 38.62, 2: 37.71, 3: 39.0}),
+        (before + " (set aside)", "test_2016_flickr", "BLEU", {1: 39.51, 2: 38.94}),
+    ]:
+        row, values = rows[(decoding, split, score)], list(expected.values())
+        assert {s: row[f"seed {s}"] for s in expected} == pytest.approx(expected)
+        assert row["n"] == len(values)
+        mean, sd = statistics.fmean(values), statistics.stdev(values)
+        low, high = t.interval(0.95, len(values) - 1, loc=mean, scale=sd / len(values) ** 0.5)
+        assert (row["mean"], row["sd"], row["95% lo"], row["95% hi"]) == pytest.approx(
+            (round(mean, 2), round(sd, 2), round(low, 2), round(high, 2)))  # fmt: skip
+    assert pd.isna(rows[(before + " (set aside)", "test_2016_flickr", "BLEU")]["seed 3"])  # its copy trained else
+    lines = [
+        r for r in to_markdown(frame).splitlines() if r.startswith(f"| baseline | {now} | test_2016_flickr | BLEU")
+    ]
+    assert lines == [
+        f"| baseline | {now} | test_2016_flickr | BLEU | 40.13 | 39.57 | 40.71 | 3 | 40.14 ± 0.57 [38.72, 41.55] |"
+    ]
+    assert "BLEU on test_2017_flickr: case:lc test_2017_flickr" in notes
+    shutil.rmtree(tmp_path / "e" / "runs" / "baseline" / "seed-1.stale-aaaaaaaaaaaa")
+    shutil.rmtree(tmp_path / "e" / "runs" / "baseline" / "seed-2.stale-bbbbbbbbbbbb")
+    frame, _ = seeds_frame(load_results(tmp_path / "e"))
+    assert "decoding" not in frame.columns and len(frame) == 6

@@ -2,11 +2,12 @@
 
 load       the run directories (ablate.report.results), or, with `at="best-lr"`, each run at its best rate, or
            with `at_budget`, each run as it stood at that budget point
-tables     the comparison (frame.py), learning-rate sensitivity, BLEU by length, the paper's Table 3, the
-           runs across budget points and their rank agreement (budgets.py), and a reproduced published number
+tables     the comparison (frame.py), every seed's scores (seeds.py), learning-rate sensitivity, BLEU by length,
+           the paper's Table 3, the runs across budget points and their rank agreement (budgets.py), and budget
+           points against runs trained to that budget alone
 print      on the terminal, or rendered as md, csv, latex or html
-write      <experiment>/report/: the comparison, learning-rate and paper tables in every format; BLEU by length,
-           budgets, agreement and reproduced as md and csv; the run cards, the plots and index.html
+write      <experiment>/report/: the comparison, learning-rate and paper tables in every format; every seed, BLEU
+           by length, budgets, agreement and reproduced as md and csv; the run cards, the plots and index.html
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from ablate.report.frame import report_frame, select
 from ablate.report.literature import TITLE, literature_frame
 from ablate.report.page import page
 from ablate.report.results import ExperimentResults, load_results
+from ablate.report.seeds import seeds_frame
 from ablate.report.sensitivity import at_best_lr, sensitivity_frame, swept
 from ablate.report.tables import FILES, main_table, print_table, render
 from ablate.report.verdicts import Declared, declared
@@ -49,6 +51,7 @@ class Report:
     against: Table | None  # each row beside the paper's Table 3, where a run changes one of its settings
     budgets: Budgets | None  # every run at every budget point, where runs have several
     reproduced: Table | None  # budget points against runs trained to that budget alone, where there are some
+    seeds: Table | None = None  # every seed's scores on every test split, earlier decodings beside them
     comparison: pd.DataFrame | None = None  # the comparison with every column: what the forest plot draws
     declared: Declared | None = None  # the design its verdicts follow (the margin the forest plot shades)
 
@@ -79,18 +82,22 @@ def build(directory: Path, test: str = "bs", at: Literal["all", "best-lr"] = "al
         title += f", every run at budget point {budget:g}"
     budgets = budget_table(source, declared_) if budget is None else None
     reproduced = reproduction(source, directory.resolve().parent) if budget is None else None
-    return Report(exp, source, title, frame, notes, lr, literature_frame(exp, full), budgets, reproduced, full,
-                  declared_)  # fmt: skip
+    return Report(exp, source, title, frame, notes, lr, literature_frame(exp, full), budgets, reproduced,
+                  seeds_frame(exp), full, declared_)  # fmt: skip
 
 
 BUDGETS_TITLE, AGREEMENT_TITLE = "effect against compute", "rank agreement across budgets"
 REPRODUCED_TITLE = "budget points against runs trained to that budget alone"
+SEEDS_TITLE = "every seed on every test split"
 
 
 def print_report(console, report: Report, compact: bool = True) -> None:
     """The comparison on the terminal (`compact`: its main columns), then whichever of the learning-rate, the
-    paper's, the budget, the rank-agreement and the reproduced tables the report has."""
+    paper's, the budget, the rank-agreement and the reproduced tables the report has; every seed's scores after
+    the comparison where it has a single run (a reproduction: no row to compare), in the files always."""
     print_table(console, report.title, report.frame, report.notes, compact)
+    if report.seeds is not None and len(report.exp.runs) == 1:
+        print_table(console, f"{report.exp.name}: {SEEDS_TITLE}", *report.seeds)
     if report.lr is not None:
         print_table(console, f"{report.exp.name}: learning-rate sensitivity", *report.lr)
     if report.against is not None:
@@ -132,6 +139,10 @@ def write_report(report: Report, compact: bool = True) -> list[Path]:
     files = {name: render(fmt, frame if fmt == "csv" else main, report.title, notes if fmt == "csv" else main_notes)
              for fmt, name in FILES.items()} | {"cards.md": cards(exp)}  # fmt: skip
     tables = [("Comparison", main, main_notes)]  # what the page shows: a heading, a table, its notes
+    if report.seeds is not None:  # seeds.md and seeds.csv
+        files |= {f"seeds.{fmt}": render(fmt, report.seeds[0], f"{exp.name}: {SEEDS_TITLE}", report.seeds[1])
+                  for fmt in ("md", "csv")}  # fmt: skip
+        tables.append((SEEDS_TITLE[0].upper() + SEEDS_TITLE[1:], *report.seeds))
     if report.lr is not None:  # the learning-rate table beside the main one: lr.md, lr.csv, ...
         lr_frame, lr_notes = report.lr
         files |= {f"lr.{name.split('.')[1]}": render(fmt, lr_frame, f"{exp.name}: learning-rate sensitivity",

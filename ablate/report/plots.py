@@ -94,8 +94,6 @@ def write_plots(exp: ExperimentResults, directory: Path, budgets: Budgets | None
     matplotlib.use("Agg")  # files only, no display
     import matplotlib.pyplot as plt
 
-    plt.rcParams["svg.hashsalt"] = "ablate"  # the same figure gives the same SVG: no churn in git
-    plt.rcParams["svg.fonttype"] = "none"  # text stays text: smaller files, selectable on the page
     cycle = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     colors = {run: cycle[i % len(cycle)] for i, run in enumerate(exp.runs)}
     written = []

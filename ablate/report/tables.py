@@ -16,7 +16,7 @@ from ablate.report.frame import BUSY, SPEED, shared_gpu
 
 TEXT_COLUMNS = {"run", "differs", "device", "precision", "status", "note", "GPU ids", "cores", "CI over", "budget",
                 "stopped", "rates", "diverged at", "between", "trained alone as", "machine",
-                "verdict", "decided at"}  # fmt: skip  # left-aligned; the rest numbers
+                "verdict", "decided at", "decoding", "split", "score"}  # fmt: skip  # left-aligned; the rest numbers
 FILES = {"md": "table.md", "csv": "table.csv", "latex": "table.tex", "html": "table.html"}  # format -> report/ file
 FORMATS = ("terminal", *FILES)  # what `ablate report --format` takes
 SUFFIXES = {name[name.rindex(".") :]: fmt for fmt, name in FILES.items()}  # .tex -> latex: `--output` alone
@@ -36,6 +36,8 @@ def cell(column: str, value: Any, row: dict[str, Any], benched: bool = False) ->
 def cell_of(column: str, value: Any, row: dict[str, Any]) -> str:
     if column == "BLEU" and row.get("BLEU std") is not None:
         return f"{value:.2f} ± {row['BLEU std']:.2f}"
+    if column == "mean" and row.get("sd") is not None:  # every seed's table (seeds.py)
+        return f"{value:.2f} ± {row['sd']:.2f} [{row['95% lo']:.2f}, {row['95% hi']:.2f}]"
     if column == "ΔBLEU":
         text = _signed(value)
         if row.get("ΔBLEU lo") is not None:
@@ -48,7 +50,7 @@ def cell_of(column: str, value: Any, row: dict[str, Any]) -> str:
         return f"{value:.2f}×"
     if column in ("MFU", "core share"):
         return f"{100 * value:.1f}%"
-    if isinstance(value, float) and (column in TWO_DECIMALS or column.startswith("BLEU ")):  # `BLEU 31+`
+    if isinstance(value, float) and (column in TWO_DECIMALS or column.startswith(("BLEU ", "seed ", "mean"))):
         return f"{value:.2f}"
     if isinstance(value, float) and column in ("valid loss", "entropy end"):
         return f"{value:.3f}"
@@ -61,7 +63,8 @@ def _signed(value: float) -> str:
     return f"{value:+.2f}".replace("-", "−")  # a minus sign, not a hyphen
 
 
-FOLDED = {"BLEU std": "BLEU", "ΔBLEU lo": "ΔBLEU", "ΔBLEU hi": "ΔBLEU"}  # shown inside another column's cell
+FOLDED = {"BLEU std": "BLEU", "ΔBLEU lo": "ΔBLEU", "ΔBLEU hi": "ΔBLEU", "sd": "mean", "95% lo": "mean",
+          "95% hi": "mean"}  # fmt: skip  # shown inside another column's cell
 
 
 def display(frame: pd.DataFrame, hidden: Sequence[str] = ()) -> tuple[list[str], list[list[str]]]:
