@@ -105,11 +105,14 @@ def test_latex_is_a_booktabs_table_body(results):
                        capture_output=True)  # fmt: skip
 
 
-def test_html_is_one_table_with_a_row_per_run(results):
+def test_html_is_one_table_with_a_row_per_run_its_text_columns_of_class_text(results):
+    """Every tag closed, a row a run; the text columns (run, differs, verdict, status) of class "text", which the
+    report's page aligns left as md and LaTeX do, and no number column."""
+
     class Cells(HTMLParser):
         def __init__(self):
             super().__init__()
-            self.rows, self.tags = [], []
+            self.rows, self.tags, self.text = [], [], []
 
         def handle_starttag(self, tag, attrs):
             if tag == "br":
@@ -117,6 +120,8 @@ def test_html_is_one_table_with_a_row_per_run(results):
             self.tags.append(tag)
             if tag == "tr":
                 self.rows.append([])
+            if tag == "th":
+                self.text.append(("class", "text") in attrs)
 
         def handle_data(self, data):
             if self.tags and self.tags[-1] in ("td", "th"):
@@ -126,9 +131,13 @@ def test_html_is_one_table_with_a_row_per_run(results):
             assert self.tags.pop() == tag
 
     parser = Cells()
-    parser.feed(report(results, "--format", "html", "--no-files"))
+    page = report(results, "--format", "html", "--no-files")
+    parser.feed(page)
     assert not parser.tags  # every tag closed
     assert [r[0] for r in parser.rows] == ["run", "baseline", "pre_ln", "explodes"]
+    text = [column for column, is_text in zip(parser.rows[0], parser.text, strict=True) if is_text]
+    assert text == ["run", "differs", "verdict", "status"], text
+    assert page.count('<td class="text">') == 4 * 3  # the 3 rows' text cells alone
 
 
 def test_terminal_output_and_files_next_to_the_tables(results, written):
@@ -143,7 +152,7 @@ def test_terminal_output_and_files_next_to_the_tables(results, written):
     assert "| run | n | BLEU | BLEU 1-10 | BLEU 11-20 | BLEU 21-30 | BLEU 31+ |" in (folder / "length.md").read_text()
     page = (folder / "index.html").read_text()
     assert page.count("<svg") == len(plots) and all(f'<figure id="{plot}">' in page for plot in plots)
-    assert all(f"<td>{run}</td>" in page for run in ("baseline", "pre_ln", "explodes"))
+    assert all(f'<td class="text">{run}</td>' in page for run in ("baseline", "pre_ln", "explodes"))
 
 
 def test_columns_and_sort(results):

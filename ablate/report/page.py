@@ -20,7 +20,8 @@ STYLE = """
 body { font-family: system-ui, sans-serif; margin: 2em auto; max-width: 1200px; padding: 0 1em; color: #222; }
 table.ablate { border-collapse: collapse; font-size: 0.9em; margin: 0.5em 0; }
 table.ablate th, table.ablate td { border-bottom: 1px solid #ddd; padding: 0.25em 0.6em; text-align: right; }
-table.ablate th:first-child, table.ablate td:first-child { text-align: left; }
+table.ablate th:first-child, table.ablate td:first-child, table.ablate .text { text-align: left; }
+table.ablate td:not(.text) { white-space: nowrap; }  /* an interval on one line: the page scrolls instead */
 table.ablate caption { text-align: left; font-size: 1.3em; font-weight: bold; margin: 1em 0 0.3em; }
 .scroll { overflow-x: auto; }
 .notes { font-size: 0.85em; color: #555; }

@@ -108,9 +108,13 @@ def to_latex(frame: pd.DataFrame) -> str:
 
 
 def to_html(frame: pd.DataFrame, title: str, notes: list[str]) -> str:
+    """A table whose text columns (TEXT_COLUMNS) are of class "text": left-aligned on the report's page, as md and
+    LaTeX align them; the rest, numbers, right-aligned."""
     columns, rows = display(frame)
-    head = "".join(f"<th>{html.escape(c)}</th>" for c in columns)
-    body = "\n".join("<tr>" + "".join(f"<td>{html.escape(v)}</td>" for v in r) + "</tr>" for r in rows)
+    tags = [' class="text"' if c in TEXT_COLUMNS else "" for c in columns]
+    head = "".join(f"<th{tag}>{html.escape(c)}</th>" for c, tag in zip(columns, tags, strict=True))
+    body = "\n".join("<tr>" + "".join(f"<td{tag}>{html.escape(v)}</td>" for v, tag in zip(r, tags, strict=True))
+                     + "</tr>" for r in rows)  # fmt: skip
     caption = html.escape(title) + "".join(f"<br><small>{html.escape(n)}</small>" for n in notes)
     return (f'<table class="ablate">\n<caption>{caption}</caption>\n<thead><tr>{head}</tr></thead>\n'
             f"<tbody>\n{body}\n</tbody>\n</table>\n")  # fmt: skip
