@@ -17,7 +17,7 @@ from __future__ import annotations
 import statistics
 from typing import TYPE_CHECKING
 
-from ablate.check.reference import NOISE_METRICS, Measured, Reference, metric
+from ablate.check.reference import NOISE_METRICS, Measured, Reference, SeedRun, metric, shared_steps
 from ablate.record import RunResult
 
 if TYPE_CHECKING:
@@ -59,24 +59,37 @@ def compare_exact(ref: Reference, measured: Measured) -> list[Row]:
 
 
 def compare_noise(ref: Reference, measured: Measured) -> list[Row]:
-    """The first seed's metrics against the seeds' mean, each within k seed standard deviations (or its floor)."""
+    """The first seed's metrics against the seeds' mean, each within k seed standard deviations (or its floor). The
+    loss curves are compared over the steps that the seeds and the re-run all validated at (`shared_steps`: early
+    stopping ends them at different steps), the row named with its last step where that is short of a seed's end;
+    a re-run that validated at other steps has no curve to compare."""
     exp, tol = ref.expected, ref.tolerance
     runs = list(exp.seeds.values())
     k = tol.multiple(len(runs))
     got = measured.seed_run(exp.split)
     rows: list[Row] = [_exact("params", f"{exp.params:,}", _fmt(measured.result.params, "{:,}"))]
-    if got is not None and set(got.valid_loss) != set(runs[0].valid_loss):
-        got = None  # validated at other steps: the curves cannot be compared
+    curves = [run.valid_loss for run in runs]
+    steps = shared_steps([*curves, got.valid_loss]) if got is not None else None
+    steps = steps or shared_steps(curves) or []
     for name in NOISE_METRICS:
-        values = [metric(run, name) for run in runs]
+        values = [metric(run, name, steps) for run in runs]
         mean, sd = statistics.fmean(values), statistics.stdev(values)
         allowed = max(k * sd, tol.floor.get(name, 0.0))
         fmt = "{:.4f}" if name.startswith("valid") else "{:.2f}"
-        value = None if got is None else metric(got, name)
+        value = _value(got, name, steps)
         ok = value is not None and abs(value - mean) <= allowed + 1e-9
+        if name == "valid loss curve" and any(max(curve) > steps[-1] for curve in curves):
+            name = f"{name} to step {steps[-1]:,}"
         rows.append((name, f"{fmt.format(mean)} ± {fmt.format(sd)} sd", _fmt(value, fmt), f"± {fmt.format(allowed)}",
                      ok))  # fmt: skip
     return rows
+
+
+def _value(got: SeedRun | None, name: str, steps: list[int]) -> float | None:
+    """The re-run's metric; its loss curve over `steps` only where it validated at each of them."""
+    if got is None or (name == "valid loss curve" and not all(step in got.valid_loss for step in steps)):
+        return None
+    return metric(got, name, steps)
 
 
 def _exact(name: str, expected: str, measured: str) -> Row:

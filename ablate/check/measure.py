@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ablate.check.reference import REFERENCES, Expected, Measured, Reference
+from ablate.check.reference import REFERENCES, Expected, Measured, Reference, shared_steps
 from ablate.errors import UserError
 from ablate.record import RunResult, Status, resolved_precision
 from ablate.rundir import (
@@ -176,12 +176,23 @@ def source_changed(ref: Reference) -> bool:
 
 
 def expected_from(measured: dict[int, Measured], spec: dict[str, Any]) -> Expected:
-    """What the seeds measured, as the reference keeps it."""
+    """What the seeds measured, as the reference keeps it. Raises UserError where their loss curves share no steps
+    to compare (`shared_steps`)."""
     split = spec["data"]["test"][0]
     first = measured[min(measured)].result
     several = len({m.result.device for m in measured.values()}) > 1  # then each seed says where it trained
-    return Expected(split=split, params=first.params,
-                    seeds={seed: m.seed_run(split, several) for seed, m in sorted(measured.items())})  # fmt: skip
+    seeds = {seed: m.seed_run(split, several) for seed, m in sorted(measured.items())}
+    curves = {seed: run.valid_loss for seed, run in seeds.items() if run is not None}
+    if len(curves) == len(seeds) and shared_steps(list(curves.values())) is None:
+        at = ", ".join(f"{seed} (validated at {_steps(curve)})" for seed, curve in curves.items())
+        raise UserError(f"--update: seeds {at}: their validation losses are not at the same steps up to where the "
+                        "first ends, so no loss curve can be compared")  # fmt: skip
+    return Expected(split=split, params=first.params, seeds=seeds)
+
+
+def _steps(curve: dict[int, float]) -> str:
+    steps = sorted(curve)
+    return ", ".join(map(str, steps[:4])) + (f", ... {steps[-1]}" if len(steps) > 4 else "")
 
 
 def environment(measured: Measured) -> dict[str, Any]:

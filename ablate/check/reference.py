@@ -41,10 +41,21 @@ class SeedRun(BaseModel):
     run: str | None = Field(None, description="the finished run it was read from (`--update --from-results`)")
     device: str | None = Field(None, description="where it trained, when the seeds trained on several devices")
 
-    @property
-    def curve(self) -> float:
-        """The validation loss curve's mean: one number that sees the whole run."""
-        return statistics.fmean(self.valid_loss.values())
+    def curve(self, steps: list[int]) -> float:
+        """The validation loss curve's mean over `steps` (`shared_steps`): one number that sees the whole run."""
+        return statistics.fmean(self.valid_loss[step] for step in steps)
+
+
+def shared_steps(curves: list[dict[int, float]]) -> list[int] | None:
+    """The validation steps of every curve up to the end of the one that ended first, where they all validated at
+    the same steps: early stopping ends seeds at different steps, and their curves are compared over the stretch
+    that all of them trained. None where they validated at different steps before that end (another
+    validate_every, or a curve with no step)."""
+    if not curves or not all(curves):
+        return None
+    end = min(max(curve) for curve in curves)
+    stretches = [sorted(step for step in curve if step <= end) for curve in curves]
+    return stretches[0] if all(stretch == stretches[0] for stretch in stretches) else None
 
 
 @dataclass
@@ -76,6 +87,13 @@ class Expected(BaseModel):
     params: int
     seeds: dict[int, SeedRun] = Field(description="each seed's measurements; the check re-runs the first")
 
+    @field_validator("seeds")
+    @classmethod
+    def _curves_share_their_steps(cls, seeds: dict[int, SeedRun]) -> dict[int, SeedRun]:
+        if shared_steps([run.valid_loss for run in seeds.values()]) is None:
+            raise ValueError("the seeds' valid_loss curves must hold the same steps up to where the first ends")
+        return seeds
+
     @property
     def first(self) -> int:
         return min(self.seeds)
@@ -84,8 +102,9 @@ class Expected(BaseModel):
 NOISE_METRICS = ("valid loss curve", "BLEU", "chrF")  # judged within seed noise on another machine, in this order
 
 
-def metric(run: SeedRun, name: str) -> float:
-    return {"valid loss curve": run.curve, "BLEU": run.bleu, "chrF": run.chrf}[name]
+def metric(run: SeedRun, name: str, steps: list[int]) -> float:
+    """A noise metric of one seed; the loss curve's over `steps`."""
+    return run.curve(steps) if name == "valid loss curve" else {"BLEU": run.bleu, "chrF": run.chrf}[name]
 
 
 class Tolerance(BaseModel):
