@@ -237,39 +237,43 @@ def test_noise_mode_applies_k_sd_or_the_floor_at_its_edge():
 
 def test_early_stopped_seeds_are_compared_over_the_steps_that_all_of_them_validated_at():
     """Early stopping ends seeds at different steps (transformer-tiny-8192's, a pass apart): the loss curves are
-    compared over the stretch the seeds and the re-run all trained, each seed's mean over it computed here by
-    hand; a re-run that validated at other steps has no curve, but its BLEU and chrF are still judged."""
-    curve = {0: 9.6, 75: 6.1, 150: 5.2, 225: 4.9, 300: 4.7}
+    compared over the stretch the seeds and the re-run all trained, short of the earliest end, whose point is the
+    averaged model's; each seed's mean over it computed here by hand. A re-run that validated at other steps has no
+    curve, but its BLEU and chrF are still judged; seeds that share no steps make no reference."""
+    from ablate.check.measure import expected_from
+
+    curve = {0: 9.6, 75: 6.1, 150: 5.2, 225: 4.9, 300: 4.7, 375: 4.6}
 
     def seed(name, bleu, last, shift):
         losses = {step: loss + shift for step, loss in curve.items() if step <= last}
         return SeedRun(bleu=bleu, chrf=50.0, valid_loss=losses, hypotheses=name)
 
-    seeds = {1: seed("a", 20.0, 300, 0.0), 2: seed("b", 21.0, 225, 0.02), 3: seed("c", 22.0, 150, 0.04)}
+    seeds = {1: seed("a", 20.0, 375, 0.0), 2: seed("b", 21.0, 300, 0.02), 3: seed("c", 22.0, 225, 0.04)}
     ref = Reference(name="r", description="", source="x.yaml", status="measured", why="", threads=1,
                     machine={"device": "cpu here", "torch": "2", "precision": "fp32"},
                     expected=Expected(split="t", params=100, seeds=seeds))  # fmt: skip
-    means = [(9.6 + 6.1 + 5.2) / 3 + shift for shift in (0.0, 0.02, 0.04)]  # over 0, 75 and 150: seed 3's end
+    means = [(9.6 + 6.1 + 5.2) / 3 + shift for shift in (0.0, 0.02, 0.04)]  # 0, 75, 150: short of seed 3's end
 
-    def rows(losses):
+    def rows(losses, against=ref):
         got = result(21.0, 50.0, 0.0)
         got.valid_losses.clear()
         got.valid_losses.update(losses)
-        return {name: (expected, measured, ok) for name, expected, measured, _, ok in compare_noise(ref, got)}
+        return {name: (expected, measured, ok) for name, expected, measured, _, ok in compare_noise(against, got)}
 
-    judged = rows({step: loss + 0.03 for step, loss in curve.items()})  # the re-run trained to 300
+    judged = rows({step: loss + 0.03 for step, loss in curve.items()})  # the re-run trained to 375
     expected = f"{sum(means) / 3:.4f} ± {0.02:.4f} sd"
     assert judged["valid loss curve to step 150"] == (expected, f"{(9.6 + 6.1 + 5.2) / 3 + 0.03:.4f}", True)
-    shorter = rows({0: 9.63, 75: 6.13})  # stopped before every seed: the stretch ends at 75
+    shorter = rows({0: 9.63, 75: 6.13, 150: 5.23})  # stopped before every seed: the stretch ends short of 150
     assert shorter["valid loss curve to step 75"][1:] == (f"{(9.63 + 6.13) / 2:.4f}", True)
     elsewhere = rows({0: 9.6, 100: 6.0, 200: 5.0})  # validated every 100 steps
     assert elsewhere["valid loss curve to step 150"][1:] == ("-", False)
     assert elsewhere["BLEU"][2] and elsewhere["chrF"][2]
+    capped = {i: seed(n, 20.0 + i, 375, i / 100) for i, n in enumerate("abc", 1)}  # all at the cap: every step
+    whole = ref.model_copy(update={"expected": Expected(split="t", params=100, seeds=capped)})
+    assert rows(curve, whole)["valid loss curve"][1] == f"{sum(curve.values()) / len(curve):.4f}"
     with pytest.raises(ValueError, match="same steps up to where the first ends"):
-        Expected(split="t", params=100, seeds={**seeds, 4: seed("d", 20.0, 300, 0.0).model_copy(
+        Expected(split="t", params=100, seeds={**seeds, 4: seed("d", 20.0, 375, 0.0).model_copy(
             update={"valid_loss": {0: 9.6, 100: 6.0, 200: 5.0}})})  # fmt: skip
-    from ablate.check.measure import expected_from
-
     one, other = result(20.0, 50.0, 3.0), result(21.0, 50.0, 3.0)  # validated at 10 and 20
     other.valid_losses.clear()
     other.valid_losses.update({10: 3.0, 15: 2.5, 30: 2.0})

@@ -49,12 +49,17 @@ class SeedRun(BaseModel):
 def shared_steps(curves: list[dict[int, float]]) -> list[int] | None:
     """The validation steps of every curve up to the end of the one that ended first, where they all validated at
     the same steps: early stopping ends seeds at different steps, and their curves are compared over the stretch
-    that all of them trained. None where they validated at different steps before that end (another
-    validate_every, or a curve with no step)."""
+    that all of them trained. A curve's last point is its end's model, the mean of its checkpoints where the run
+    averages them, so that end is left out where another curve goes on: each point compared is of the same kind.
+    None where they validated at different steps before that end (another validate_every, or a curve with no
+    step)."""
     if not curves or not all(curves):
         return None
     end = min(max(curve) for curve in curves)
-    stretches = [sorted(step for step in curve if step <= end) for curve in curves]
+    beyond = any(max(curve) > end for curve in curves)
+    stretches = [sorted(step for step in curve if step < end or (step == end and not beyond)) for curve in curves]
+    if not stretches[0]:
+        return None
     return stretches[0] if all(stretch == stretches[0] for stretch in stretches) else None
 
 
