@@ -265,6 +265,33 @@ def decoding_changes(directory: Path, spec: dict[str, Any]) -> list[str] | None:
     return None
 
 
+def training_goes_on(directory: Path, spec: dict[str, Any]) -> tuple[list[str], int] | None:
+    """For a run not finished whose spec (resolved) differs from its own only in its decoding (DECODING), the keys
+    that differ and the step of its last checkpoint, made with its config: training is the same under either
+    spec, so it goes on from there under the new one (`adopt_checkpoint`) rather than starting over. Else None.
+    Budget points are decoded during training: a run with them starts over. Reads only."""
+    with contextlib.suppress(OSError, ValueError, KeyError, TypeError, AttributeError):
+        job = read_json(directory / JOB)
+        before, after = as_stored(job["spec"]), as_stored(spec)
+        changed = spec_changes(before, after)
+        if not changed or any(tuple(key.split(".", 1)) not in DECODING for key in changed):
+            return None
+        if before["evaluation"].get("budgets") or after["evaluation"].get("budgets"):
+            return None
+        result = read_result(directory)
+        found = last_checkpoint(directory, job["config_hash"])
+        if (result is not None and result.finished) or found is None:
+            return None
+        return changed, found.step
+    return None
+
+
+def adopt_checkpoint(directory: Path, new_hash: str) -> None:
+    """Makes a run's last checkpoint that of the config `new_hash` (see `training_goes_on`): last.json alone is
+    rewritten, atomically, so a kill leaves the checkpoint under one config or the other, whole."""
+    write_json(directory / CHECKPOINT_INFO, read_json(directory / CHECKPOINT_INFO) | {"config_hash": new_hash})
+
+
 def set_aside_for_decoding(directory: Path, new_hash: str) -> Path:
     """Makes a finished run ready to be decoded again under the config `new_hash` (see `decoding_changes`); returns
     where its earlier result went.

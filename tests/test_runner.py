@@ -297,6 +297,35 @@ def test_a_run_whose_decoding_alone_changed_is_decoded_again_as_a_fresh_run_woul
     assert result(root, "baseline")["scores"] == old["scores"]
 
 
+def test_a_run_cut_short_whose_decoding_alone_changed_goes_on_under_the_new_config(tmp_path):
+    """A run not yet finished whose spec changed only in its decoding is not started over: training is the same
+    under both specs, so it resumes from its checkpoint under the new config and ends as a run trained from the
+    start with the new spec does. Nothing is set aside: nothing had finished."""
+    args = [str(SMOKE), "--only", "baseline", "--results", str(tmp_path / "cut")]
+    proc = start(*args)
+    directory = tmp_path / "cut" / "smoke" / "runs" / "baseline" / "seed-1"
+    deadline = time.monotonic() + 120
+    while not losses_logged(directory) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err
+    step = json.loads((directory / "checkpoints" / "last.json").read_text())["step"]
+    assert 0 < step < 150
+    decoding = ["--set", "evaluation.beam_size=3"]
+    planned = cli("run", *args, *decoding, "--dry-run")
+    assert (f"only the decoding changed (evaluation.beam_size): resumes from step {step} under the new config"
+            in " ".join(planned.stdout.split()))  # fmt: skip
+    assert cli("run", *args, *decoding).returncode == 0
+    fresh = cli("run", str(SMOKE), "--only", "baseline", *decoding, "--results", str(tmp_path / "fresh"))
+    assert fresh.returncode == 0, fresh.stderr
+    new, trained = result(tmp_path / "cut" / "smoke", "baseline"), result(tmp_path / "fresh" / "smoke", "baseline")
+    assert new["config_hash"] == trained["config_hash"] and new["resumed_from_step"] == step
+    assert new["scores"] == trained["scores"] and new["steps"] == trained["steps"] == 150
+    assert losses(tmp_path / "cut" / "smoke", "baseline") == losses(tmp_path / "fresh" / "smoke", "baseline")
+    assert [p.name for p in directory.parent.iterdir()] == ["seed-1"]
+
+
 def test_seeds_give_mean_and_std_with_n(tmp_path, smoke_run):
     # smoke's own 150 steps: at 60, both seeds' BLEU could be 0.0 and the mean and sd would say nothing
     assert smoke_run.returncode == 0, smoke_run.stderr

@@ -25,6 +25,7 @@ from ablate.rundir import (
     job_dir,
     read_result,
     stored_hash,
+    training_goes_on,
 )
 from ablate.sweep.experiment import Experiment, Run
 from ablate.train.job import Job
@@ -137,8 +138,14 @@ def classify(job: Job, fresh: bool) -> Planned:
             why = (f"only the decoding changed ({', '.join(changed)}): its trained weights are decoded again "
                    f"(config {old} -> {job.config_hash})")  # fmt: skip
             return Planned(job, Action.REDECODE, why)
+        going_on = training_goes_on(d, job.spec)
+        if going_on is not None:
+            changed, step = going_on
+            why = (f"only the decoding changed ({', '.join(changed)}): resumes from step {step} under the new config "
+                   f"({old} -> {job.config_hash})")  # fmt: skip
+            return Planned(job, Action.RESUME, why)
         step = checkpoint_step(d, job.config_hash)
-        if step is not None:  # a decoding again, cut short after its checkpoint took the new config
+        if step is not None:  # a decoding again, or a resume under the new config, cut short after last.json took it
             return Planned(job, Action.RESUME, f"resumes from step {step}")
         why = f"the spec changed since the earlier result (config {old} -> {job.config_hash})"
         return Planned(job, Action.RERUN, why)

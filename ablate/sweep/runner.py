@@ -32,12 +32,14 @@ from ablate.rundir import (
     SUMMARY_CSV,
     SUMMARY_MD,
     Exit,
+    adopt_checkpoint,
     checkpoint_step,
     read_result,
     reuse,
     set_aside_for_decoding,
     stale_path,
     stored_hash,
+    training_goes_on,
     truncate_metrics,
 )
 from ablate.sweep.design import declare
@@ -213,6 +215,8 @@ def prepare(planned: Planned, tensorboard: Path | None = None) -> None:
         (d / RESULT).unlink(missing_ok=True)
     elif planned.action == Action.RESUME and (d / JOB).is_file():
         job.threads = Job.load(d).threads  # round-off depends on the threads: a resumed run keeps its own
+        if training_goes_on(d, job.spec) is not None:  # only the decoding changed: the checkpoint takes the config
+            adopt_checkpoint(d, job.config_hash)
     if d.is_dir():  # the live view reads these logs before the worker starts: only what the run resumes from
         truncate_metrics(d, checkpoint_step(d, job.config_hash))
     job.save()
