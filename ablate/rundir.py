@@ -242,6 +242,17 @@ def earlier_decodings(directory: Path) -> list[tuple[Path, dict[str, Any]]]:
     return found
 
 
+def _decoding_only(before: dict[str, Any], after: dict[str, Any]) -> list[str] | None:
+    """The keys in which two resolved specs differ, where those change only the decoding (DECODING) and neither has
+    budget points (decoded during training, from weights no longer kept); else None."""
+    changed = spec_changes(before, after)
+    if not changed or any(tuple(key.split(".", 1)) not in DECODING for key in changed):
+        return None
+    if any((as_stored(spec).get("evaluation") or {}).get("budgets") for spec in (before, after)):
+        return None
+    return changed
+
+
 def decoding_changes(directory: Path, spec: dict[str, Any]) -> list[str] | None:
     """The keys ("evaluation.beam_size", ...) in which `spec` (resolved, as `RunSpec.model_dump(mode='json')`)
     differs from the spec of the run directory's result, when they change only its decoding (DECODING) and its
@@ -249,12 +260,9 @@ def decoding_changes(directory: Path, spec: dict[str, Any]) -> list[str] | None:
     config, or already with `spec`'s, by a decoding again cut short), no budget points. Else None. Reads only."""
     with contextlib.suppress(OSError, ValueError, KeyError, TypeError, AttributeError):
         job = read_json(directory / JOB)
-        before, after = as_stored(job["spec"]), as_stored(spec)
-        changed = spec_changes(before, after)
-        if not changed or any(tuple(key.split(".", 1)) not in DECODING for key in changed):
+        changed = _decoding_only(job["spec"], spec)
+        if changed is None:
             return None
-        if before["evaluation"].get("budgets") or after["evaluation"].get("budgets"):
-            return None  # budget points were decoded during training, from weights no longer kept
         result = read_result(directory)
         info = read_json(directory / CHECKPOINT_INFO)
         found = last_checkpoint(directory, None)
@@ -272,11 +280,8 @@ def training_goes_on(directory: Path, spec: dict[str, Any]) -> tuple[list[str], 
     Budget points are decoded during training: a run with them starts over. Reads only."""
     with contextlib.suppress(OSError, ValueError, KeyError, TypeError, AttributeError):
         job = read_json(directory / JOB)
-        before, after = as_stored(job["spec"]), as_stored(spec)
-        changed = spec_changes(before, after)
-        if not changed or any(tuple(key.split(".", 1)) not in DECODING for key in changed):
-            return None
-        if before["evaluation"].get("budgets") or after["evaluation"].get("budgets"):
+        changed = _decoding_only(job["spec"], spec)
+        if changed is None:
             return None
         result = read_result(directory)
         found = last_checkpoint(directory, job["config_hash"])
