@@ -4,6 +4,7 @@ The pool is tested as the GPU pool is (tests/test_launchers.py): real CPU worker
 the kernel let it run on (sched_getaffinity) and its threads, and when it ran.
 """
 
+import json
 import os
 from itertools import combinations
 
@@ -111,6 +112,36 @@ def test_ablate_run_trains_two_runs_at_once_without_flags_and_says_so(tmp_path):
     jobs = [j for jobs in load_results(tmp_path / "smoke").runs.values() for j in jobs]
     assert len(jobs) == 2 and not set(jobs[0].result.cpu_ids) & set(jobs[1].result.cpu_ids)
     assert all(0.0 <= j.result.core_share <= 1.0 for j in jobs)
+
+
+@two_cores
+def test_a_resumed_run_keeps_its_threads_and_the_plan_says_so_when_the_sweep_gives_others(tmp_path):
+    """A run trained on one thread, resumed under --threads-per-run 2: it trains on one thread (its round-off
+    depends on them), and the plan says so; job.json's `threads: null` lets the sweep give it two."""
+    args = [str(SMOKE), "--only", "baseline", "--set", "training.max_steps=20", "--set", "training.checkpoint_every=10",
+            "--set", "evaluation.beam_size=1", "--set", "evaluation.max_extra_len=5", "--set", "data.max_pairs=200",
+            "--results", str(tmp_path)]  # fmt: skip
+    d = tmp_path / "smoke" / "runs" / "baseline" / "seed-1"
+
+    def resumed_on(threads: int):
+        (d / "result.json").unlink()  # stopped after its last checkpoint: the sweep resumes it
+        return cli("run", *args, "--threads-per-run", str(threads), cores=CORES[:2])
+
+    first = cli("run", *args, "--threads-per-run", "1", cores=CORES[:2])
+    assert first.returncode == 0, first.stderr
+    again = resumed_on(2)
+    assert again.returncode == 0, again.stderr
+    assert "baseline/seed-1: resumes from step 20" in again.stdout
+    assert ("baseline/seed-1: keeps the 1 thread(s) it trained on, not the sweep's 2: its round-off depends on them; "
+            "`threads: null` in its job.json lets the sweep choose") in again.stdout  # fmt: skip
+    assert Job.load(d).threads == 1 and len(Job.load(d).cpu_ids) == 1
+    same = resumed_on(1)
+    assert same.returncode == 0 and "it trained on" not in same.stdout  # nothing to say when the counts agree
+    job = json.loads((d / "job.json").read_text())
+    (d / "job.json").write_text(json.dumps({**job, "threads": None}))
+    freed = resumed_on(2)
+    assert freed.returncode == 0 and "it trained on" not in freed.stdout
+    assert Job.load(d).threads == 2 and len(Job.load(d).cpu_ids) == 2
 
 
 def test_core_share_sees_another_process_running_on_the_cores():

@@ -43,7 +43,7 @@ from ablate.rundir import (
     truncate_metrics,
 )
 from ablate.sweep.design import declare
-from ablate.sweep.devices import device_kind, emulated_bf16, resources
+from ablate.sweep.devices import Resources, device_kind, emulated_bf16, resources
 from ablate.sweep.experiment import Experiment
 from ablate.sweep.launchers import Interrupted, Launcher, Outcomes
 from ablate.sweep.launchers.local import LocalLauncher
@@ -153,6 +153,8 @@ def sweep(experiment: Experiment, options: Options, console) -> Summary:
         prepare_data([p.job for p in training])
         for p in training:
             prepare(p, options.tensorboard)
+            if isinstance(launcher, LocalLauncher) and (kept := kept_threads(p, launcher.resources)):
+                say(f"  {p.job.label}: {kept}", highlight=False)
     distributed.barrier()
     if rank0:
         reuse_finished(selected, options.results)  # what finished elsewhere: before training anything
@@ -220,6 +222,19 @@ def prepare(planned: Planned, tensorboard: Path | None = None) -> None:
     if d.is_dir():  # the live view reads these logs before the worker starts: only what the run resumes from
         truncate_metrics(d, checkpoint_step(d, job.config_hash))
     job.save()
+
+
+def kept_threads(planned: Planned, res: Resources) -> str | None:
+    """A note when a resumed CPU run keeps the threads it trained on (prepare) where the sweep gives others."""
+    kept = planned.job.threads
+    if planned.action not in (Action.RESUME, Action.REDECODE) or kept is None or res.gpus or not res.cpus:
+        return None
+    if not res.threads_per_run or kept == res.threads_per_run or kept > len(res.cpus):
+        return None  # unpinned, the same count, or more than the sweep's cores (then it takes the sweep's)
+    return (
+        f"keeps the {kept} thread(s) it trained on, not the sweep's {res.threads_per_run}: "
+        f"its round-off depends on them; `threads: null` in its job.json lets the sweep choose"
+    )
 
 
 def reuse_finished(planned: list[Planned], results: Path) -> None:
