@@ -150,3 +150,32 @@ def test_the_transformer_tiny_tables_of_results_readme_are_what_the_report_compu
         # mean ± sd at least; the interval where the row gives it
         assert row["n"] >= 2 and figures == expected[: len(figures)] and len(figures) >= row["n"] + 2, (
             label, figures, expected)  # fmt: skip
+
+
+def test_the_transformer_tiny_spread_of_reference_readme_is_the_reference_file_s():
+    """results/reference/README.md's table of Transformer-tiny's seeds (BLEU, chrF, the loss curve over the steps its
+    check compared, where each stopped; mean ± sd and the tolerance k·sd) is the reference file's, not typed."""
+    import statistics
+
+    from ablate.check.reference import load
+
+    ref = load(ROOT / "results" / "reference" / "transformer-tiny.yaml")
+    readme = (ROOT / "results" / "reference" / "README.md").read_text(encoding="utf-8")
+    section = readme[readme.index("## Transformer-tiny checked") :]
+    section = section[: section.index("\n## ", 1)]
+    last = int(re.search(r"curve mean \(valid loss @ 0, 75, \.\.\., ([\d,]+)\)", section)[1].replace(",", ""))
+    steps = sorted(step for step in ref.expected.seeds[ref.expected.first].valid_loss if step <= last)
+    rows = {line.split("|")[1].strip(): line.split("|")[2:-1] for line in section.splitlines() if line.startswith("| ")}
+    columns = {"BLEU": lambda s: s.bleu, "chrF": lambda s: s.chrf, "curve": lambda s: s.curve(steps)}
+    k = ref.tolerance.multiple(len(ref.expected.seeds))
+    assert rows[f"tolerance (k = {k:.2f})"]  # the k the check uses for this many seeds
+    for i, (name, value) in enumerate(columns.items()):
+        digits = 4 if name == "curve" else 2
+        seeds = [value(run) for run in ref.expected.seeds.values()]
+        for seed, got in zip(ref.expected.seeds, seeds, strict=True):
+            assert rows[str(seed)][i].strip() == f"{got:.{digits}f}", (seed, name)
+        mean, sd = statistics.fmean(seeds), statistics.stdev(seeds)
+        assert rows["mean ± sd"][i].strip() == f"{mean:.{digits}f} ± {sd:.{digits}f}", name
+        assert rows[f"tolerance (k = {k:.2f})"][i].strip() == f"± {k * sd:.{digits}f}", name
+    for seed, run in ref.expected.seeds.items():
+        assert rows[str(seed)][3].strip() == f"{max(run.valid_loss):,}"
