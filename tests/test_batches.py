@@ -22,11 +22,15 @@ def test_budget_and_coverage():
         assert longest * len(b) <= 400 or len(b) == 1
 
 
+def plan(*args, **kwargs) -> list[list[int]]:
+    return [b.tolist() for b in batch_indices(*args, **kwargs)]
+
+
 def test_order_follows_the_seed():
     data = examples()
-    assert batch_indices(data, 400, seed=3) == batch_indices(data, 400, seed=3)
-    assert batch_indices(data, 400, seed=3) != batch_indices(data, 400, seed=4)
-    assert batch_indices(data, 400, seed=None) == batch_indices(data, 400, seed=None)
+    assert plan(data, 400, seed=3) == plan(data, 400, seed=3)
+    assert plan(data, 400, seed=3) != plan(data, 400, seed=4)
+    assert plan(data, 400, seed=None) == plan(data, 400, seed=None)
 
 
 def test_collate_right_pads_and_counts():
@@ -56,7 +60,7 @@ def test_buckets_cut_batches_of_one_length_and_a_few_shapes():
         assert batch.src.shape == (len(b), length) and batch.tgt.shape == (len(b), length + 1)
         shapes.add(tuple(batch.src.shape))
     assert len(shapes) <= 2 * len({bucket(e, width) for e in data})
-    assert batch_indices(data, budget, seed=3, width=width) != batch_indices(data, budget, seed=4, width=width)
+    assert plan(data, budget, seed=3, width=width) != plan(data, budget, seed=4, width=width)
 
 
 def test_a_bucket_pads_and_counts_only_real_tokens():

@@ -92,7 +92,7 @@ def test_files_corpus_and_line_count_mismatch(tmp_path):
     spec = {"name": "files", "paths": {"train": {"en": "a.en", "de": "a.de.gz"}, "val": {"en": "a.en", "de": "b.de"}}}
     corpus = CORPUS.build(CORPUS.parse(spec), root=tmp_path)
     assert corpus.read("train", "en", "de") == [("one", "eins"), ("two", "zwei")]
-    with pytest.raises(CorpusError, match=r"a.en: 2 lines, but .*b.de has 1"):
+    with pytest.raises(CorpusError, match=r"b.de: ends after line 1, but .*a.en has a line 2: a parallel corpus"):
         corpus.read("val", "en", "de")
     spec["paths"]["test"] = {"en": "missing.en", "de": "b.de"}
     with pytest.raises(CorpusError, match=r"missing.en: no such file \(data.corpus.paths.test.en\)"):

@@ -13,19 +13,19 @@ def pairs():
     return corpus.read("train", "en", "de"), corpus.read("test_2016_flickr", "en", "de")
 
 
-def test_round_trip_gives_back_the_raw_text(pairs):
+def test_round_trip_gives_back_the_raw_text(pairs, tmp_path):
     train, test = pairs
-    src, tgt = vocabularies(train, TokenizerSpec(vocab_size=8000), "multi30k-en-de")
+    src, tgt = vocabularies(train, TokenizerSpec(vocab_size=8000), tmp_path)
     assert src is tgt and len(src) == 8000
     for texts in ([p[0] for p in train], [p[1] for p in train], [p[1] for p in test]):
         assert src.decode(src.encode(texts)) == texts
     assert [src.tokenizer.id_to_token(i) for i in (PAD, BOS, EOS, UNK)] == ["<pad>", "<s>", "</s>", "<unk>"]
 
 
-def test_separate_vocabularies_and_cache(pairs, monkeypatch):
+def test_separate_vocabularies_and_cache(pairs, monkeypatch, tmp_path):
     train, _ = pairs
     spec = TokenizerSpec(vocab_size=3000, joint=False)
-    src, tgt = vocabularies(train[:5000], spec, "slice")
+    src, tgt = vocabularies(train[:5000], spec, tmp_path / "slice")
     assert src is not tgt
     assert "▁Männer" in tgt.tokenizer.get_vocab() and "▁Männer" not in src.tokenizer.get_vocab()
 
@@ -33,10 +33,10 @@ def test_separate_vocabularies_and_cache(pairs, monkeypatch):
         raise AssertionError("trained again instead of loading from the cache")
 
     monkeypatch.setattr(tokenizer_module.Vocabulary, "train", no_training)
-    again, _ = vocabularies(train[:5000], spec, "slice")
+    again, _ = vocabularies(train[:5000], spec, tmp_path / "slice")
     assert again.encode(["Zwei Männer"]) == src.encode(["Zwei Männer"])
     with pytest.raises(AssertionError, match="trained again"):
-        vocabularies(train[:5000], spec, "another corpus")
+        vocabularies(train[:5000], spec, tmp_path / "another corpus")
 
 
 def test_the_cache_follows_the_training_files_content_not_their_paths(tmp_path):

@@ -14,7 +14,7 @@ import shutil
 import tempfile
 import urllib.error
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import ClassVar
 
@@ -62,15 +62,27 @@ class Corpus(Part):
 
     def read(self, split: str, source: str, target: str) -> list[tuple[str, str]]:
         """Sentence pairs of a split; both sides must have the same number of lines."""
+        return list(self.stream(split, source, target))
+
+    def stream(self, split: str, source: str, target: str, limit: int | None = None) -> Iterator[tuple[str, str]]:
+        """The pairs of a split one at a time, at most `limit`, the whole split never in memory. A line that is not
+        UTF-8, sides of unequal lengths and an empty split are one-line errors naming the file and the line."""
         self.check(split, source, target)
         src_path, tgt_path = self.path(split, source), self.path(split, target)
-        src, tgt = read_lines(src_path), read_lines(tgt_path)
-        if len(src) != len(tgt):
-            raise CorpusError(
-                f"{src_path}: {len(src)} lines, but {tgt_path} has {len(tgt)}: "
-                "a parallel corpus needs one line per pair"
-            )
-        return list(zip(src, tgt, strict=True))
+        src, tgt = iter_lines(src_path), iter_lines(tgt_path)
+        count = 0
+        while limit is None or count < limit:
+            s, t = next(src, None), next(tgt, None)
+            if s is None or t is None:
+                if s is not None or t is not None:
+                    short, long = (tgt_path, src_path) if s is not None else (src_path, tgt_path)
+                    raise CorpusError(f"{short}: ends after line {count}, but {long} has a line {count + 1}: "
+                                      "a parallel corpus needs one line per pair")  # fmt: skip
+                break
+            count += 1
+            yield s, t
+        if count == 0:
+            raise CorpusError(f"{src_path}: no lines: split '{split}' of corpus '{self.name}' is empty")
 
     def fingerprint(self, split: str, languages: list[str]) -> list[tuple[str, int, str]]:
         """(language, size, SHA-256) of each side of a split: what its text is, whatever its path."""
@@ -81,11 +93,25 @@ CORPUS = slot("corpus", Corpus, "the parallel corpus to train and test on")
 
 
 def read_lines(path: Path) -> list[str]:
+    return list(iter_lines(path))
+
+
+def iter_lines(path: Path) -> Iterator[str]:
+    """The lines of a text file (plain or .gz) without their ends, as Python's text mode splits them (at \\n, \\r\\n
+    and a lone \\r), read in binary so that a line that is not UTF-8 is named by its number."""
     opener: Callable = gzip.open if path.suffix == ".gz" else open
     try:
-        with opener(path, "rt", encoding="utf-8") as f:
-            return [line.rstrip("\n").rstrip("\r") for line in f]
-    except (OSError, EOFError, UnicodeDecodeError) as error:
+        with opener(path, "rb") as f:
+            for number, raw in enumerate(f, 1):
+                try:
+                    line = raw.decode("utf-8")
+                except UnicodeDecodeError as error:
+                    why = f"{error.reason} at byte {error.start}"
+                    raise CorpusError(f"{path}: line {number}: not UTF-8 ({why})") from None
+                line = line[:-1] if line.endswith("\n") else line
+                line = line[:-1] if line.endswith("\r") else line
+                yield from line.split("\r") if "\r" in line else (line,)
+    except (OSError, EOFError) as error:
         raise CorpusError(f"{path}: cannot read: {error}") from None
 
 

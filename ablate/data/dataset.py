@@ -1,23 +1,27 @@
-"""A run's data: the corpus its spec names (ablate.data.spec), the vocabularies trained (or loaded), every split
-encoded. Shared across runs."""
+"""A run's data: the corpus its spec names (ablate.data.spec), prepared once (ablate.data.prepared: the vocabularies
+learned, the training and validation splits encoded and memory-mapped), and the test splits' text. Shared across
+runs."""
 
 from __future__ import annotations
 
-import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
-from ablate.data.batches import Example, encode_pairs
+import numpy as np
+
+from ablate.data.batches import Example
 from ablate.data.corpus import CORPUS, data_dir
+from ablate.data.prepared import Report, Say, TokenPairs, prepare
 from ablate.data.spec import DataSpec
-from ablate.data.tokenizer import TokenizerSpec, Vocabulary, vocabularies
+from ablate.data.tokenizer import TokenizerSpec, Vocabulary
 
 
 @dataclass(frozen=True)
 class Dataset:
     src_vocab: Vocabulary
     tgt_vocab: Vocabulary
-    train: list[Example]
+    train: Sequence[Example]  # memory-mapped (TokenPairs): lengths in memory, tokens read when a batch is collated
     valid_pairs: list[tuple[str, str]]
     valid: list[Example]
     tests: dict[str, list[tuple[str, str]]]
@@ -28,27 +32,25 @@ def load_dataset(data: DataSpec, tokenizer: TokenizerSpec) -> Dataset:
     return _load(data.model_dump_json(), tokenizer.model_dump_json())
 
 
+def prepare_dataset(data: DataSpec, tokenizer: TokenizerSpec, report: Report, say: Say, verify: bool = True) -> None:
+    """The corpus prepared, and checked, without loading it: what a sweep does before its workers start."""
+    prepare(data, tokenizer, report, say, verify)
+
+
 @lru_cache(maxsize=4)
 def _load(data_json: str, tokenizer_json: str) -> Dataset:
     data, tokenizer = DataSpec.model_validate_json(data_json), TokenizerSpec.model_validate_json(tokenizer_json)
+    prepared = prepare(data, tokenizer)
     corpus = CORPUS.build(data.corpus, root=data_dir(data.data_dir))
 
     def read(split: str) -> list[tuple[str, str]]:
-        pairs = corpus.read(split, data.source, data.target)
-        return pairs[: data.max_pairs] if data.max_pairs else pairs
+        return list(corpus.stream(split, data.source, data.target, data.max_pairs))
 
-    train_pairs = read(data.train)
-    # The vocabulary is cached under what it was learned from: the training files' content, not their
-    # names (a file edited in place, or another data directory with the same relative paths, is new text).
-    content = corpus.fingerprint(data.train, [data.source, data.target])
-    corpus_key = json.dumps([data.corpus.name, content, data.source, data.target, data.train, data.max_pairs])
-    src_vocab, tgt_vocab = vocabularies(train_pairs, tokenizer, corpus_key)
-    total = len(train_pairs)
+    train = prepared.pairs(data.train)
+    keep = np.maximum(train.src_lengths, train.tgt_lengths - 1) <= data.max_len
     if data.max_train_length is not None:
-        train_pairs = [(s, t) for s, t in train_pairs if len(s.split()) <= data.max_train_length]
-    encoded = encode_pairs(train_pairs, src_vocab, tgt_vocab)
-    train = [e for e in encoded if max(len(e[0]), len(e[1]) - 1) <= data.max_len]
-    valid_pairs = read(data.valid)
+        keep &= train.words <= data.max_train_length
+    kept: TokenPairs = train.where(keep)
     tests = {split: read(split) for split in data.test}
-    return Dataset(src_vocab, tgt_vocab, train, valid_pairs, encode_pairs(valid_pairs, src_vocab, tgt_vocab), tests,
-                   total - len(train))  # fmt: skip
+    return Dataset(prepared.src_vocab, prepared.tgt_vocab, kept, read(data.valid), list(prepared.pairs(data.valid)),
+                   tests, len(train) - len(kept))  # fmt: skip

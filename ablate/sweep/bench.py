@@ -37,10 +37,11 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 from torch import Tensor
 
-from ablate.data.batches import Batch, collate, pad
+from ablate.data.batches import Batch, collate, lengths, pad
 from ablate.data.dataset import Dataset, load_dataset
 from ablate.data.tokenizer import EOS, PAD
 from ablate.errors import UserError
@@ -121,7 +122,7 @@ class Subject:
     device: torch.device
     precision: str
     threads: int | None
-    updates: list[list[list[int]]]
+    updates: list[list[np.ndarray]]
     slice_ids: list[list[int]]  # the decoding slice, source ids with </s>
     model: Transformer | None = None
     trainer: Trainer | None = None
@@ -146,10 +147,9 @@ class Subject:
     @property
     def tokens(self) -> tuple[int, int]:
         """Source and target tokens of the fixed updates."""
-        train = self.data.train
-        src = sum(len(train[i][0]) for u in self.updates for b in u for i in b)
-        tgt = sum(len(train[i][1]) - 1 for u in self.updates for b in u for i in b)
-        return src, tgt
+        src, tgt = lengths(self.data.train)
+        return (sum(int(src[b].sum()) for u in self.updates for b in u),
+                sum(int(tgt[b].sum()) - len(b) for u in self.updates for b in u))  # fmt: skip
 
     def build(self, weights: Path | None = None) -> None:
         """The model (the run's seeded initialisation, or `weights`), its trainer, and the batches on the device."""
@@ -245,7 +245,7 @@ def bench(experiment: Experiment, directory: Path, options: Options,
         assert model is not None
         vocab = (len(s.data.src_vocab), len(s.data.tgt_vocab))
         flop_model = FlopModel.cached(model, s.run.spec.model.model_dump_json(), vocab, device)
-        s.flops_per_update = sum(flop_model.batch(s.data.train, b, s.trainer.width if s.trainer else None)
+        s.flops_per_update = sum(flop_model.batch(lengths(s.data.train), b, s.trainer.width if s.trainer else None)
                                  for u in s.updates for b in u) / len(s.updates)  # fmt: skip
     deadline = clock + options.max_seconds  # from the start: set-up and warm-up count
     rounds = 0

@@ -169,3 +169,45 @@ class SweepView:
         if self.progress is not None:
             self.progress.stop()
             self.progress = None
+
+
+class Preparing:
+    """Progress of preparing a corpus (ablate.data.prepared): a rich bar a stage on a terminal, a line when a stage
+    ends anywhere else. `report` and `say` are what ablate.data.prepared calls."""
+
+    def __init__(self, console: Console | None):
+        self.console = console or Console(stderr=True)
+        self.live = self.console.is_terminal
+        self.progress = Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed:,} pairs"),
+                                 TimeElapsedColumn(), console=self.console, transient=True)  # fmt: skip
+        self.stage: tuple[str, TaskID | None, int, float] | None = None
+
+    def __enter__(self) -> Preparing:
+        if self.live:
+            self.progress.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._end()
+        if self.live:
+            self.progress.stop()
+
+    def report(self, what: str, done: int, total: int | None) -> None:
+        if self.stage is None or self.stage[0] != what:
+            self._end()
+            task = self.progress.add_task(what, total=total) if self.live else None
+            self.stage = (what, task, done, time.monotonic())
+        what, task, _, began = self.stage
+        self.stage = (what, task, done, began)
+        if task is not None:
+            self.progress.update(task, completed=done)
+
+    def say(self, line: str) -> None:
+        self.console.print(line, highlight=False, soft_wrap=True)
+
+    def _end(self) -> None:
+        if self.stage is not None:
+            what, _, done, began = self.stage
+            pairs = f": {done:,} pairs" if done else ""
+            self.say(f"  corpus: {what}{pairs} ({time.monotonic() - began:.0f} s)")
+            self.stage = None

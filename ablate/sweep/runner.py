@@ -150,7 +150,7 @@ def sweep(experiment: Experiment, options: Options, console) -> Summary:
                                                                                 launcher.resources)):  # fmt: skip
         say(slow, highlight=False)
     if rank0:
-        prepare_data([p.job for p in training])
+        prepare_data([p.job for p in training], console)
         for p in training:
             prepare(p, options.tensorboard)
             if isinstance(launcher, LocalLauncher) and (kept := kept_threads(p, launcher.resources)):
@@ -252,9 +252,12 @@ def reuse_finished(planned: list[Planned], results: Path) -> None:
         reuse(p.source, d, p.job.identity(), results)
 
 
-def prepare_data(jobs: list[Job]) -> None:
-    """Checks each corpus (downloading what is missing) and trains each vocabulary once, before any worker."""
-    from ablate.data.dataset import load_dataset
+def prepare_data(jobs: list[Job], console: Any = None) -> None:
+    """Checks each corpus (downloading what is missing) and prepares it once (ablate.data.prepared: the vocabulary
+    learned, the training and validation splits encoded, every file's checksum checked), before any worker. The
+    sweep never loads a corpus: its workers memory-map what this prepared."""
+    from ablate.data.dataset import prepare_dataset
+    from ablate.sweep.progress import Preparing
 
     prepared = set()
     for job in jobs:
@@ -262,7 +265,8 @@ def prepare_data(jobs: list[Job]) -> None:
         key = (spec.data.model_dump_json(), spec.tokenizer.model_dump_json())
         if key not in prepared:
             prepared.add(key)
-            load_dataset(spec.data, spec.tokenizer)
+            with Preparing(console) as view:
+                prepare_dataset(spec.data, spec.tokenizer, view.report, view.say)
 
 
 def collect(planned: list[Planned], outcomes: Outcomes) -> list[RunResult]:

@@ -24,9 +24,10 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import torch
 
-from ablate.data.batches import Example, bucket
+from ablate.data.batches import Example, buckets, lengths
 from ablate.record import Cost
 from ablate.train.bf16 import bf16_matmuls
 from ablate.train.device import CoreShare, Placement, device_name
@@ -48,21 +49,21 @@ class FlopModel:
     def __call__(self, b: int, s: int, t: int) -> float:
         return float(sum(c * f for c, f in zip(self.coefficients, features(b, s, t), strict=True)))
 
-    def batch(self, examples: Sequence[Example], indices: Iterable[int], width: int | None = None) -> float:
+    def batch(self, examples: Sequence[Example] | tuple[np.ndarray, np.ndarray], indices: Iterable[int],
+              width: int | None = None) -> float:  # fmt: skip
         """FLOPs of one batch of examples, padded as `collate` pads it (the decoder reads T = target - 1); with a
-        bucket `width`, to the bucket's length on both sides."""
-        indices = list(indices)
-        s = max(len(examples[i][0]) for i in indices)
-        t = max(len(examples[i][1]) for i in indices) - 1
+        bucket `width`, to the bucket's length on both sides. `examples` may be their `lengths` already (a trainer
+        passes them, so that a list's are not counted again every step)."""
+        src, tgt = examples if isinstance(examples, tuple) else lengths(examples)
+        rows = np.fromiter(indices, dtype=np.int64)
+        s, t = int(src[rows].max()), int(tgt[rows].max()) - 1
         if width is not None:
-            s = t = max(s, t, max(bucket(examples[i], width) for i in indices))
-        return self(len(indices), s, t)
+            s = t = max(s, t, int(buckets(src[rows], tgt[rows], width).max()))
+        return self(len(rows), s, t)
 
     @classmethod
     def measure(cls, model: torch.nn.Module, vocab: tuple[int, int], device: torch.device) -> FlopModel:
         """Counts the model's forward and backward at the probe shapes and fits the coefficients (exactly)."""
-        import numpy as np
-
         rows, counts = [], []
         for shape in (*PROBES, CHECK):
             rows.append(features(*shape))

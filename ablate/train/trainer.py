@@ -15,9 +15,10 @@ from contextlib import contextmanager, nullcontext
 from dataclasses import asdict, dataclass
 from typing import Any
 
+import numpy as np
 import torch
 
-from ablate.data.batches import Batch, Example, batch_indices, collate
+from ablate.data.batches import Batch, Example, batch_indices, collate, lengths
 from ablate.data.tokenizer import PAD
 from ablate.model.transformer import Transformer
 from ablate.record import Status, StoppedBy, Validation
@@ -32,17 +33,18 @@ from ablate.train.stopping import Watch
 
 
 def updates_of(examples: Sequence[Example], spec: TrainingSpec, epoch: int, width: int | None
-               ) -> list[list[list[int]]]:  # fmt: skip
+               ) -> list[list[np.ndarray]]:  # fmt: skip
     """An epoch's batches of example indices (a fixed order per seed and epoch; `width`: the bucket width the run's
     precision gives, TrainingSpec.bucket_width), grouped into optimizer updates of about `batch_tokens` target
     tokens."""
     batches = batch_indices(examples, spec.max_tokens, spec.seed * 100_003 + epoch, width)
     if spec.batch_tokens is None:
         return [[b] for b in batches]
+    tgt = lengths(examples)[1]
     updates, current, tokens = [], [], 0
     for b in batches:
         current.append(b)
-        tokens += sum(len(examples[i][1]) - 1 for i in b)
+        tokens += int(tgt[b].sum()) - len(b)
         if tokens >= spec.batch_tokens:
             updates.append(current)
             current, tokens = [], 0
@@ -210,14 +212,14 @@ class Trainer:
         other.spec, other.totals = spec, dataclasses.replace(self.totals)
         return other
 
-    def updates(self, examples: Sequence[Example], epoch: int) -> list[list[list[int]]]:
+    def updates(self, examples: Sequence[Example], epoch: int) -> list[list[np.ndarray]]:
         """The epoch's batches, grouped into optimizer updates (`updates_of`)."""
         return updates_of(examples, self.spec, epoch, self.width)
 
-    def shard(self, batch: list[int]) -> tuple[list[int], float]:
+    def shard(self, batch: np.ndarray) -> tuple[np.ndarray, float]:
         """This rank's sentences of a batch and their weight; a rank left without any sees one, weighted 0."""
         mine = batch[self.rank :: self.world]
-        return (mine, 1.0) if mine else (batch[:1], 0.0)
+        return (mine, 1.0) if len(mine) else (batch[:1], 0.0)
 
     def update(self, batches: list[Batch], total_tokens: int | None = None,
                weights: Sequence[float] | None = None) -> torch.Tensor:  # fmt: skip
@@ -389,15 +391,16 @@ class Trainer:
         epochs = self.epoch + (self.position / len(updates) if updates else 0.0)
         return Outcome(Status.COMPLETED, self.step, float(epochs), stopped_by=self.reached())
 
-    def _update_at(self, examples: Sequence[Example], updates: list[list[list[int]]], pending: Pending) -> float:
+    def _update_at(self, examples: Sequence[Example], updates: list[list[np.ndarray]], pending: Pending) -> float:
         """The epoch's update at `position` (already advanced past it), its loss left pending and its tokens and FLOPs
         counted; the epochs trained after it."""
         update = updates[self.position - 1]
         shards = [self.shard(b) for b in update]
         width = self.width
-        batches = [collate([examples[i] for i in indices], width) for indices, _ in shards]
-        n_src = sum(len(examples[i][0]) for b in update for i in b)
-        n_tgt = sum(len(examples[i][1]) - 1 for b in update for i in b)
+        batches = [collate([examples[i] for i in indices], width) for indices, _ in shards]  # this rank's rows alone
+        src, tgt = self._lengths(examples)
+        n_src = sum(int(src[b].sum()) for b in update)
+        n_tgt = sum(int(tgt[b].sum()) - len(b) for b in update)
         pending.begin()
         loss = self.update(batches, n_tgt, [w for _, w in shards])
         epochs = self.epoch + self.position / len(updates)
@@ -406,10 +409,16 @@ class Trainer:
         totals.src_tokens += n_src
         totals.tgt_tokens += n_tgt
         if self.flop_model is not None:
-            totals.flops += sum(self.flop_model.batch(examples, b[r :: self.world], width)
-                                for b in update for r in range(self.world) if b[r :: self.world])  # fmt: skip
+            totals.flops += sum(self.flop_model.batch((src, tgt), b[r :: self.world], width)
+                                for b in update for r in range(self.world) if len(b[r :: self.world]))  # fmt: skip
         self.epoch_fraction = self.position / len(updates)
         return epochs
+
+    def _lengths(self, examples: Sequence[Example]) -> tuple[np.ndarray, np.ndarray]:
+        """`lengths` of the examples trained on, counted once for a list (a prepared corpus has them already)."""
+        if getattr(self, "_counted", (None,))[0] is not examples:
+            self._counted = (examples, *lengths(examples))
+        return self._counted[1], self._counted[2]
 
     def _stopped_early(self, epochs: float) -> Outcome:
         self._count_time()
