@@ -281,11 +281,12 @@ def cmd_validate(args: argparse.Namespace) -> int:
         table.add_column("differs from the baseline")
         table.add_column("params", justify="right")
         for run in experiment.runs:
-            vocab = run.spec.tokenizer.vocab_size
+            vocab = run.spec.tokenizer.nominal_size
             table.add_row(run.name, run.describe(), f"{parameter_count(run.spec.model, vocab, vocab):,}")
         out.print(table)
         out.print(
-            f"  params at the nominal vocabulary size of tokenizer.vocab_size; all {len(experiment.runs)} runs valid"
+            f"  params at the nominal vocabulary size (tokenizer.vocab_size, or merges + 4 specials); all "
+            f"{len(experiment.runs)} runs valid"
         )
     return 0
 

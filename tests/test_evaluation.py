@@ -59,7 +59,7 @@ def test_lowercase_bleu_keeps_the_standard_cased_bleu_beside_it():
 
     hyps = ["ein mann fährt Fahrrad .", "Zwei hunde spielen im schnee ."]
     refs = ["Ein Mann fährt Fahrrad .", "Zwei Hunde spielen im Schnee ."]
-    data = SimpleNamespace(tests={"t": [("a b", r) for r in refs]})
+    data = SimpleNamespace(tests={"t": [("a b", r) for r in refs]}, tgt_vocab=None)  # no vocabulary: raw text
     scores = score_tests(data, {"t": Translation(hyps, 1.0)}, EvaluationSpec(lowercase=True)).scores["t"]
     assert scores.bleu == round(BLEU(lowercase=True).corpus_score(hyps, [refs]).score, 2) == 100.0
     assert scores.cased_bleu == round(BLEU().corpus_score(hyps, [refs]).score, 2) < 100

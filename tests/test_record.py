@@ -136,6 +136,18 @@ def test_the_hash_rules_are_the_marks_on_the_fields():
     assert {key: default for key, (mark, default) in marks.items() if mark == "unless default"} == ADDED
 
 
+def test_every_committed_run_s_config_hashes_today_as_it_recorded():
+    """A key added since (data.lowercase, data.tokenize, tokenizer.merges, ...) at its default leaves every committed
+    run's hash as result.json has it: its config.yaml, read as a RunSpec today, is the run it was, not one to train
+    again."""
+    checked = 0
+    for result in sorted((ROOT / "results").glob("*/runs/*/seed-*/result.json")):
+        spec = RunSpec.model_validate(as_stored(read_config(result.parent))).model_dump(mode="json")
+        assert config_hash(spec) == read_result(result.parent).config_hash, result.parent.relative_to(ROOT)
+        checked += 1
+    assert checked >= 200
+
+
 # Fields whose default changed when they were added (issue 37's faster kernels): what runs did before them.
 CHANGED = {("model", "dropout_sampler"): "bernoulli", ("training", "cross_entropy"): "torch",
            ("training", "adam_kernel"): "default", ("training", "shape_buckets"): None}  # fmt: skip

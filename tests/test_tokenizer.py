@@ -88,3 +88,44 @@ def test_vocabularies_saved_at_once_to_one_path_each_write_a_whole_file(tmp_path
     assert not failures
     assert Vocabulary.load(path).encode(["a sentence"]) == vocabulary.encode(["a sentence"])
     assert os.listdir(tmp_path) == ["joint.json"]  # no temporary file left behind
+
+
+def bpe(vocabulary) -> dict:
+    """The trained BPE model's state: its vocabulary and its merges, in order."""
+    import json
+
+    return json.loads(vocabulary.tokenizer.to_str())["model"]
+
+
+def test_merges_learns_exactly_that_many_the_model_training_stops_at():
+    """tokenizer.merges: N merges, as subword-nmt's -s N; the vocabulary is the specials, the alphabet and a type a
+    merge, the model `tokenizers` makes when its vocabulary size stops it after N merges."""
+    from ablate.data.tokenizer import SPECIALS, Vocabulary, first_merges
+
+    texts = [f"a sentence number {i} of a few words, said {i % 7} times" for i in range(300)]
+    vocabulary = Vocabulary.train(iter(texts), 1, 1, merges=50)  # vocab_size is not used
+    model = bpe(vocabulary)
+    alphabet = [t for t in model["vocab"] if len(t) == 1]
+    assert len(model["merges"]) == 50 and len(vocabulary) == len(SPECIALS) + len(alphabet) + 50
+    sized = bpe(Vocabulary.train(iter(texts), len(SPECIALS) + len(alphabet) + 50, 1))
+    assert (model["merges"], model["vocab"]) == (sized["merges"], sized["vocab"])
+    assert vocabulary.decode(vocabulary.encode(texts[:3])) == texts[:3]
+    cut = bpe(Vocabulary(first_merges(vocabulary.tokenizer, 10)))  # BPE is greedy: the first 10 are a 10-merge run
+    ten = bpe(Vocabulary.train(iter(texts), len(SPECIALS) + len(alphabet) + 10, 1))
+    assert (cut["merges"], cut["vocab"]) == (ten["merges"], ten["vocab"])
+
+
+def test_merges_stop_early_where_no_pair_is_seen_min_frequency_times():
+    """Fewer merges than asked when training runs out of pairs seen min_frequency times: the same model as a
+    vocabulary size too large to stop it."""
+    from ablate.data.tokenizer import Vocabulary
+
+    texts = [f"a sentence number {i} of a few words" for i in range(300)]
+    few = bpe(Vocabulary.train(iter(texts), 1, 250, merges=1000))
+    unbounded = bpe(Vocabulary.train(iter(texts), 100_000, 250))
+    assert 0 < len(few["merges"]) < 1000 and (few["merges"], few["vocab"]) == (unbounded["merges"], unbounded["vocab"])
+
+
+def test_the_nominal_size_counts_merges_and_specials():
+    assert TokenizerSpec(vocab_size=8000).nominal_size == 8000
+    assert TokenizerSpec(vocab_size=8000, merges=10_000).nominal_size == 10_004

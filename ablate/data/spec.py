@@ -1,6 +1,6 @@
-"""The data's spec (`data:` of a run): which corpus, which direction, which splits. Torch-free, as every spec
-section is (docs/architecture.md): the report, the sweep and `ablate check` validate a spec without building a
-tensor; ablate.data.dataset reads the corpus it names."""
+"""The data's spec (`data:` of a run): which corpus, which direction, which splits, how the text is prepared
+(ablate.data.preprocess). Torch-free, as every spec section is (docs/architecture.md): the report, the sweep and
+`ablate check` validate a spec without building a tensor; ablate.data.dataset reads the corpus it names."""
 
 from __future__ import annotations
 
@@ -10,12 +10,13 @@ from pydantic import Field, PositiveInt, model_validator
 
 from ablate.config import ADDED, Section, part
 from ablate.data.corpus import CORPUS
+from ablate.data.preprocess import TOKENIZE
 from ablate.errors import SpecValueError
 from ablate.registry import PartSpec
 
 
 class DataSpec(Section):
-    """Which corpus, which direction, which splits."""
+    """Which corpus, which direction, which splits, and how the text is prepared before BPE."""
 
     corpus: Annotated[PartSpec, CORPUS] = part(CORPUS, "multi30k")
     source: str = Field("en", description="source language")
@@ -32,6 +33,13 @@ class DataSpec(Section):
         "to see how positions extrapolate to the longer test sentences; the vocabulary is still learned from all",
         json_schema_extra=ADDED,
     )
+    lowercase: bool = Field(
+        False,
+        description="lowercase both sides before tokenising and BPE, as papers that report lowercase BLEU did (the "
+        "references stay raw: score with evaluation.lowercase: true)",
+        json_schema_extra=ADDED,
+    )
+    tokenize: Annotated[PartSpec, TOKENIZE] = part(TOKENIZE, "none", ADDED)
 
     @model_validator(mode="after")
     def _direction(self) -> DataSpec:

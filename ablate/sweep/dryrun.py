@@ -32,7 +32,8 @@ def dry_run(experiments: list[Experiment], options, console) -> int:
         for row in dry_run_rows(experiment, planned):
             table.add_row(*row)
         console.print(table)
-        console.print("  params at the nominal vocabulary size of tokenizer.vocab_size", highlight=False)
+        console.print("  params at the nominal vocabulary size (tokenizer.vocab_size, or merges + 4 specials)",
+                      highlight=False)  # fmt: skip
         for line in design_lines(experiment, options.results, record, planned):
             console.print(f"  {line}", highlight=False)
         if record is not None and record.max_seeds is not None:

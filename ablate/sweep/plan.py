@@ -170,7 +170,7 @@ def dry_run_rows(experiment: Experiment, planned: list[Planned]) -> list[tuple[s
     rows = []
     for p in planned:
         spec = experiment.run(p.job.run).spec
-        vocab = spec.tokenizer.vocab_size
+        vocab = spec.tokenizer.nominal_size
         training = spec.training
         tokens = (f"~{training.batch_tokens:,} target" if training.batch_tokens
                   else f"<= {training.max_tokens:,} a side")  # fmt: skip

@@ -16,6 +16,7 @@ from sacrebleu.metrics import BLEU, CHRF
 
 from ablate.data.batches import Batch, pad
 from ablate.data.dataset import Dataset
+from ablate.data.preprocess import scored_as
 from ablate.data.tokenizer import EOS, Vocabulary
 from ablate.files import write_text
 from ablate.model.decoding import translate_ids
@@ -63,8 +64,10 @@ def translate(
     return Translation(tgt_vocab.decode(out), seconds)
 
 
-def score(hypotheses: Sequence[str], references: Sequence[str], lowercase: bool = False) -> Score:
-    """Corpus BLEU (13a tokenisation) and chrF of detokenised text against the references.
+def score(hypotheses: Sequence[str], references: Sequence[str], lowercase: bool = False, detokenised: str = ""
+          ) -> Score:  # fmt: skip
+    """Corpus BLEU (13a tokenisation) and chrF of detokenised text against the references; `detokenised`: how the
+    hypotheses were detokenised (`detok:moses`, ablate.data.preprocess.scored_as), added to both signatures.
 
     Both sides are NFC-normalised first: hypotheses come out of the vocabulary in NFC (its normaliser),
     and a reference written in NFD ("a" + combining diaeresis for "ä") would otherwise never match them.
@@ -75,8 +78,9 @@ def score(hypotheses: Sequence[str], references: Sequence[str], lowercase: bool 
     chrf = CHRF(lowercase=lowercase)
     b = bleu.corpus_score(hypotheses, [references])
     c = chrf.corpus_score(hypotheses, [references])
-    return Score(bleu=round(b.score, 2), chrf=round(c.score, 2), bleu_signature=str(bleu.get_signature()),
-                 chrf_signature=str(chrf.get_signature()))  # fmt: skip
+    suffix = f"|{detokenised}" if detokenised else ""
+    return Score(bleu=round(b.score, 2), chrf=round(c.score, 2), bleu_signature=f"{bleu.get_signature()}{suffix}",
+                 chrf_signature=f"{chrf.get_signature()}{suffix}")  # fmt: skip
 
 
 def bucket_labels(bounds: Sequence[int]) -> list[str]:
@@ -143,12 +147,13 @@ def decode(model: Transformer, data: Dataset, ev: EvaluationSpec, device: torch.
 def score_tests(data: Dataset, translations: dict[str, Translation], ev: EvaluationSpec) -> Evaluation:
     """sacreBLEU's BLEU and chrF of every decoded test split, whole and by source length, and the decoding speed."""
     scores: dict[str, Score] = {}
+    detokenised = scored_as(data.tgt_vocab)  # the signature says when the hypotheses were Moses-detokenised
     for split, translation in translations.items():
         pairs = data.tests[split]
         sources, references = [p[0] for p in pairs], [p[1] for p in pairs]
-        scored = score(translation.hypotheses, references, ev.lowercase)
+        scored = score(translation.hypotheses, references, ev.lowercase, detokenised)
         if ev.lowercase:  # a paper's flavour beside the standard one
-            cased = score(translation.hypotheses, references)
+            cased = score(translation.hypotheses, references, detokenised=detokenised)
             scored.cased_bleu, scored.cased_bleu_signature = cased.bleu, cased.bleu_signature
         scored.by_length = by_length(sources, translation.hypotheses, references, ev.length_buckets, ev.lowercase)
         scores[split] = scored

@@ -247,6 +247,9 @@ class RunSpec(Section):
                 out.append(f"training.early_stopping.patience: {stopping.patience} validations without improvement, "
                            f"but the run validates {validations} times in its {steps:,} steps, so early stopping "
                            "can never end it")  # fmt: skip
+        if self.data.lowercase and not self.evaluation.lowercase:
+            out.append("evaluation.lowercase: false scores lowercase translations (data.lowercase: true) against cased "
+                       "references, so every capital is a miss: set it true, as papers that lowercase do")  # fmt: skip
         return out
 
     @model_validator(mode="after")
