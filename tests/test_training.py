@@ -218,3 +218,29 @@ def test_a_hook_that_settles_sees_every_step_logged_and_a_pending_divergence_end
     outcome = t.fit(examples(300), before_update=every_other)
     assert eager.status == "diverged" and outcome == eager
     assert acted and max(acted) < outcome.steps and outcome.steps > 2  # it looked, then met the divergence
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+@pytest.mark.parametrize("clip_norm", [1e-3, 1e3])
+def test_clip_norm_hands_adam_the_gradient_torch_s_clip_grad_norm_makes(seed, clip_norm):
+    """training.clip_norm (fairseq's --clip-norm): Adam steps with torch's clip_grad_norm_ of the update's gradient:
+    scaled down to the threshold's norm above it, untouched below it."""
+    data = examples(12, seed=seed)
+    grads = []
+    for clip in (None, clip_norm):
+        t = trainer(clip_norm=clip)  # the same initial weights, no dropout: the same gradient before clipping
+        t.optimizer.step = lambda t=t: grads.append([p.grad.clone() for p in t.model.parameters()])
+        t.train_step([collate(data)])
+    raw, clipped = grads
+    params = [torch.nn.Parameter(torch.empty_like(g)) for g in raw]
+    for p, g in zip(params, raw, strict=True):
+        p.grad = g.clone()
+    norm = torch.nn.utils.clip_grad_norm_(params, clip_norm)  # by hand, as the trainer does
+    for g, h in zip(clipped, (p.grad for p in params), strict=True):
+        torch.testing.assert_close(g, h, atol=0, rtol=0)
+    assert 1e-3 < norm < 1e3  # the two thresholds lie either side of the gradient's norm
+    total = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in clipped]))
+    if clip_norm < norm:
+        torch.testing.assert_close(total, torch.tensor(clip_norm), rtol=1e-4, atol=0)
+    else:
+        assert all(torch.equal(g, h) for g, h in zip(clipped, raw, strict=True))

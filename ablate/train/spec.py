@@ -54,7 +54,11 @@ class TrainingSpec(Section):
         "fp32 logits): the same loss to round-off",
         json_schema_extra=added(was="torch"),
     )
-    clip_norm: PositiveFloat | None = Field(None, description="clip the gradient's global norm to this")
+    clip_norm: PositiveFloat | None = Field(
+        None,
+        description="clip the global L2 norm of each update's gradient (of the loss a target token, after the ranks' "
+        "all-reduce) to this before Adam's step, as fairseq's --clip-norm; null: never",
+    )
     max_tokens: PositiveInt = Field(4096, description="tokens a batch, padding included, on the longer side")
     shape_buckets: PositiveInt | Literal["auto"] | None = Field(
         "auto",
