@@ -95,8 +95,8 @@ ADDED = {("evaluation", "average_checkpoints"): 1, ("training", "max_target_toke
          ("model", "dropout_sampler"): "bernoulli", ("training", "cross_entropy"): "torch",
          ("training", "early_stopping"): None, ("evaluation", "select"): "last",
          ("training", "shape_buckets"): None, ("model", "d_v"): None,
-         ("evaluation", "length_penalty_form"): "gnmt", ("tokenizer", "merges"): None,
-         ("data", "lowercase"): False, ("data", "tokenize"): "none"}  # fmt: skip
+         ("evaluation", "length_penalty_form"): "gnmt", ("tokenizer", "max_sentences"): 1_000_000,
+         ("tokenizer", "merges"): None, ("data", "lowercase"): False, ("data", "tokenize"): "none"}  # fmt: skip
 
 
 # Keys that change only how a run's trained weights are decoded and scored at its end: a finished run whose spec

@@ -1,24 +1,31 @@
 """A prepared corpus (ablate.data.prepared): the token ids and batches of the in-memory path it replaced, bit for bit;
 whole or absent after a kill; a damaged file found and prepared again; one preparation for two processes."""
 
+import json
+import os
 import random
+import re
+import subprocess
+import sys
+import time
 
 import pytest
+import yaml
 
 import ablate
 from ablate.data.batches import batch_indices, bucket, lengths
 from ablate.data.corpus import CORPUS, data_dir
 from ablate.data.dataset import load_dataset
-from ablate.data.prepared import TokenPairs
+from ablate.data.prepared import Sample, TokenPairs
 from ablate.data.tokenizer import BOS, EOS, Vocabulary
 from ablate.train.trainer import updates_of
-from tests.conftest import ROOT
+from tests.conftest import ROOT, cli
 
 # -- the in-memory path as it was before the prepared corpus (ablate 0.x up to issue 75), written out ---------------
 
 
 def reference_train(data, tokenizer):
-    """Training examples as the in-memory path made them: read, vocabulary learned from every pair, encoded, filtered."""
+    """Training examples as the in-memory path made them: read, a vocabulary learned from every pair, encoded."""
     corpus = CORPUS.build(data.corpus, root=data_dir(data.data_dir))
     pairs = corpus.read(data.train, data.source, data.target)
     pairs = pairs[: data.max_pairs] if data.max_pairs else pairs
@@ -109,3 +116,138 @@ def test_batches_of_lists_and_of_a_prepared_corpus_agree_without_a_seed():
     for width in (None, 8):
         got = [b.tolist() for b in batch_indices(examples, 400, None, width)]
         assert got == reference_batches(examples, 400, None, width)
+
+
+# -- faults and bad input ---------------------------------------------------------------------------------------
+
+
+def files_corpus(root, pairs=40_000, **splits):
+    """A `files` corpus of `pairs` training pairs made of Multi30k's sentences (two joined a line); `splits`: text
+    to write in place of a split's files, {name: (en text, de text)}."""
+    root.mkdir(parents=True, exist_ok=True)
+    multi30k = CORPUS.build(CORPUS.parse("multi30k"), root=data_dir())
+    train = multi30k.read("train", "en", "de")
+    lines = [(f"{train[i % 29000][0]} {train[(i * 7 + 1) % 29000][0]}", f"{train[i % 29000][1]} "
+              f"{train[(i * 7 + 1) % 29000][1]}") for i in range(pairs)]  # fmt: skip
+    texts = {
+        "train": ("\n".join(p[0] for p in lines) + "\n", "\n".join(p[1] for p in lines) + "\n"),
+        "val": ("A dog runs.\nTwo men talk.\n", "Ein Hund rennt.\nZwei Männer reden.\n"),
+    } | splits
+    for split, (en, de) in texts.items():
+        for lang, text in (("en", en), ("de", de)):
+            (root / f"{split}.{lang}").write_bytes(text if isinstance(text, bytes) else text.encode())
+    paths = {split: {"en": f"{split}.en", "de": f"{split}.de"} for split in texts}
+    return root / "e.yaml", paths
+
+
+def experiment(root, paths, steps=0):
+    spec = {"name": "e", "data": {"corpus": {"name": "files", "paths": paths}, "valid": "val", "test": ["val"],
+            "data_dir": str(root)}, "tokenizer": {"vocab_size": 400},
+            "model": {"d_model": 32, "heads": 2, "d_ff": 64, "encoder_layers": 1, "decoder_layers": 1},
+            "training": {"max_steps": max(steps, 1), "max_tokens": 2000, "device": "cpu", "precision": "fp32",
+                         "valid_bleu_pairs": 0}, "evaluation": {"beam_size": 1}}  # fmt: skip
+    path = root / "e.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    return path
+
+
+def whole_splits(cache):
+    return sorted(p.parent.name.split(".")[0] for p in (cache / "corpora").glob("*/*/meta.json"))
+
+
+def test_a_prepare_killed_at_any_moment_leaves_nothing_read_as_whole(tmp_path):
+    """kill -9 while the vocabulary is learned, then while the training split is encoded; the same command then
+    prepares the whole corpus, and a run trains on it."""
+    spec = experiment(tmp_path, files_corpus(tmp_path, pairs=60_000)[1], steps=2)
+    cache = tmp_path / "cache"
+    env = os.environ | {"ABLATE_CACHE_DIR": str(cache)}
+    for moment in ("learning", "encoding"):
+        process = subprocess.Popen([sys.executable, "-m", "ablate.cli", "data", "prepare", str(spec)], env=env,
+                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+        deadline = time.monotonic() + 240
+        while time.monotonic() < deadline and process.poll() is None:
+            if moment == "learning" and list(cache.glob("corpora/*/.lock")):
+                break
+            if moment == "encoding" and list(cache.glob("corpora/*/.train.*.tmp/src.bin")):
+                break
+            time.sleep(0.02)
+        assert process.poll() is None, f"prepare ended before the {moment} stage could be interrupted"
+        process.kill()
+        process.wait()
+        assert "train" not in whole_splits(cache)  # nothing a later run would read as whole
+    result = cli("data", "prepare", str(spec), env={"ABLATE_CACHE_DIR": str(cache)})
+    assert result.returncode == 0, result.stderr
+    assert "train 60,000 pairs" in result.stdout
+    assert whole_splits(cache) == ["train", "val"]
+    run = cli("run", str(spec), "--results", str(tmp_path / "results"), env={"ABLATE_CACHE_DIR": str(cache)})
+    assert run.returncode == 0, run.stderr
+    assert json.loads((tmp_path / "results/e/runs/baseline/seed-1/result.json").read_text())["status"] == "completed"
+
+
+def test_a_truncated_or_corrupted_file_is_found_and_prepared_again(tmp_path):
+    spec = experiment(tmp_path, files_corpus(tmp_path, pairs=2000)[1])
+    env = {"ABLATE_CACHE_DIR": str(tmp_path / "cache")}
+    assert cli("data", "prepare", str(spec), env=env).returncode == 0
+    (train,) = (tmp_path / "cache/corpora").glob("*/train.*")
+    whole = (train / "src.bin").read_bytes()
+    (train / "src.bin").write_bytes(whole[:-100])
+    result = cli("data", "prepare", str(spec), env=env)
+    assert result.returncode == 0, result.stderr
+    assert f"{train}: src.bin is {len(whole) - 100:,} bytes, meta.json says {len(whole):,}: prepared again" in (
+        result.stdout + result.stderr)  # fmt: skip
+    assert (train / "src.bin").read_bytes() == whole
+    flipped = bytearray(whole)
+    flipped[10] ^= 0xFF
+    (train / "src.bin").write_bytes(bytes(flipped))  # the same size: only the checksum finds it
+    result = cli("data", "prepare", str(spec), env=env)
+    assert f"{train}: src.bin fails its SHA-256 (corrupted): prepared again" in result.stdout + result.stderr
+    assert (train / "src.bin").read_bytes() == whole
+
+
+def test_two_processes_preparing_one_corpus_prepare_it_once(tmp_path):
+    spec = experiment(tmp_path, files_corpus(tmp_path, pairs=40_000)[1])
+    env = os.environ | {"ABLATE_CACHE_DIR": str(tmp_path / "cache")}
+    command = [sys.executable, "-m", "ablate.cli", "data", "prepare", str(spec)]
+    first = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    while not list((tmp_path / "cache").glob("corpora/*/.lock")):
+        time.sleep(0.02)
+    second = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    outputs = [p.communicate(timeout=300)[0] for p in (first, second)]
+    assert [p.returncode for p in (first, second)] == [0, 0], outputs
+    assert "encoding train" in outputs[0]
+    assert "another process is preparing this corpus; waiting for it" in outputs[1]
+    assert "encoding train" not in outputs[1]  # it found the first one's, whole
+    assert outputs[0].splitlines()[-1] == outputs[1].splitlines()[-1]
+
+
+@pytest.mark.parametrize(
+    ("splits", "message"),
+    [
+        ({"val": (b"fine\n\xff\xfe bad\n", b"gut\nschlecht\n")}, r"val.en: line 2: not UTF-8 \(invalid start byte"),
+        ({"val": ("", "")}, r"val.en: no lines: split 'val' of corpus 'files' is empty"),
+        ({"val": ("one\ntwo\nthree\n", "eins\nzwei\n")}, r"val.de: ends after line 2, but .*val.en has a line 3"),
+    ],
+)
+def test_bad_corpus_files_are_one_line_naming_the_file_and_the_line(tmp_path, splits, message):
+    spec = experiment(tmp_path, files_corpus(tmp_path, pairs=500, **splits)[1])
+    for command in (("data", "prepare"), ("run",)):
+        result = (
+            cli(*command, str(spec), "--results", str(tmp_path / "r"), env={"ABLATE_CACHE_DIR": str(tmp_path)})
+            if command == ("run",)
+            else cli(*command, str(spec), env={"ABLATE_CACHE_DIR": str(tmp_path)})
+        )
+        assert result.returncode == 2, result.stderr
+        assert len(result.stderr.strip().splitlines()) == 1 and re.search(message, result.stderr), result.stderr
+    assert not (tmp_path / "r/e/runs/baseline/seed-1/result.json").exists()
+
+
+def test_a_vocabulary_learns_from_an_evenly_spaced_sample_of_a_large_split(tmp_path):
+    _, paths = files_corpus(tmp_path, pairs=1000)
+    spec = ablate.load_experiment(experiment(tmp_path, paths)).baseline.spec
+    corpus = CORPUS.build(spec.data.corpus, root=tmp_path)
+    everything = corpus.read("train", "en", "de")
+    sample = Sample(corpus, spec.data, 10)
+    assert sample.total == 1000
+    assert list(sample) == [everything[i] for i in (0, 111, 222, 333, 444, 555, 666, 777, 888, 999)]
+    assert list(sample) == list(sample)  # read again for a vocabulary a side
+    assert list(Sample(corpus, spec.data, 5000)) == everything

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import gzip
 import hashlib
+import json
 import os
 import shutil
 import tempfile
@@ -21,7 +22,7 @@ from typing import ClassVar
 from pydantic import Field
 
 from ablate.errors import SpecValueError, UserError
-from ablate.files import umask_mode
+from ablate.files import cache_dir, umask_mode, write_json
 from ablate.registry import Part, PartParams, slot
 
 
@@ -86,7 +87,7 @@ class Corpus(Part):
 
     def fingerprint(self, split: str, languages: list[str]) -> list[tuple[str, int, str]]:
         """(language, size, SHA-256) of each side of a split: what its text is, whatever its path."""
-        return [(lang, (path := self.path(split, lang)).stat().st_size, sha256(path)) for lang in languages]
+        return [(lang, (path := self.path(split, lang)).stat().st_size, content_sha256(path)) for lang in languages]
 
 
 CORPUS = slot("corpus", Corpus, "the parallel corpus to train and test on")
@@ -121,6 +122,24 @@ def sha256(path: Path) -> str:
         for block in iter(lambda: f.read(1 << 20), b""):
             digest.update(block)
     return digest.hexdigest()
+
+
+def content_sha256(path: Path) -> str:
+    """sha256(path), remembered in the cache under the file's identity (path, size, modification time, inode), as
+    git's index remembers what it hashed: a corpus of gigabytes is hashed once, not by every process that opens it.
+    A file edited in place gets a new modification time, and so a new hash."""
+    stat = path.stat()
+    identity = [str(path.resolve()), stat.st_size, stat.st_mtime_ns, stat.st_ino]
+    memo = cache_dir() / "fingerprints" / f"{hashlib.sha256(repr(identity).encode()).hexdigest()[:24]}.json"
+    try:
+        known = json.loads(memo.read_text(encoding="utf-8"))
+        if known["identity"] == identity:
+            return known["sha256"]
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    digest = sha256(path)
+    write_json(memo, {"identity": identity, "sha256": digest})
+    return digest
 
 
 MULTI30K_URL = "https://raw.githubusercontent.com/multi30k/dataset/a3d2e0d/data/task1/raw/{name}"
@@ -260,11 +279,13 @@ def corpus_rows() -> list[tuple[str, str, str, str]]:
 def download(name: str, root: Path) -> list[Path]:
     """Every file of a downloadable corpus, fetched where missing and checked against its checksum."""
     try:
+        declared = CORPUS.declaration(name)
+        if not hasattr(declared, "files"):
+            raise UserError(f"ablate data download: corpus '{name}' is read from your own files (data.corpus.paths "
+                            "in a spec); there is nothing to download")  # fmt: skip
         corpus = CORPUS.build(CORPUS.parse(name), root=root)
     except SpecValueError as error:
         raise UserError(f"ablate data download: {error}") from None
-    if not hasattr(corpus, "files"):
-        raise UserError(f"corpus '{name}' is read from your own files; there is nothing to download")
     paths = []
     for file in corpus.files():
         split, language, _ = file.split(".")

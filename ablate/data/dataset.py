@@ -12,7 +12,7 @@ import numpy as np
 
 from ablate.data.batches import Example
 from ablate.data.corpus import CORPUS, data_dir
-from ablate.data.prepared import Report, Say, TokenPairs, prepare
+from ablate.data.prepared import Prepared, Report, Say, TokenPairs, prepare
 from ablate.data.spec import DataSpec
 from ablate.data.tokenizer import TokenizerSpec, Vocabulary
 
@@ -32,9 +32,10 @@ def load_dataset(data: DataSpec, tokenizer: TokenizerSpec) -> Dataset:
     return _load(data.model_dump_json(), tokenizer.model_dump_json())
 
 
-def prepare_dataset(data: DataSpec, tokenizer: TokenizerSpec, report: Report, say: Say, verify: bool = True) -> None:
+def prepare_dataset(data: DataSpec, tokenizer: TokenizerSpec, report: Report, say: Say, verify: bool = True
+                    ) -> Prepared:  # fmt: skip
     """The corpus prepared, and checked, without loading it: what a sweep does before its workers start."""
-    prepare(data, tokenizer, report, say, verify)
+    return prepare(data, tokenizer, report, say, verify)
 
 
 @lru_cache(maxsize=4)

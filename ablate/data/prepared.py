@@ -134,6 +134,19 @@ def prepare(data: DataSpec, tokenizer: TokenizerSpec, report: Report = _quiet, s
     return Prepared(folder, src_vocab, tgt_vocab, wanted)
 
 
+def describe(prepared: Prepared) -> str:
+    """One line: where a prepared corpus is, what each split holds, its size on disk."""
+    parts, size = [], 0
+    for split, path in prepared.splits.items():
+        meta = read_json_safe(path / "meta.json")
+        size += sum(meta["bytes"].values())
+        parts.append(f"{split} {meta['pairs']:,} pairs ({meta['tokens']['src.bin']:,} + {meta['tokens']['tgt.bin']:,}"
+                     " tokens)")  # fmt: skip
+    vocab = f"vocabulary {len(prepared.src_vocab):,}" + ("" if prepared.src_vocab is prepared.tgt_vocab else
+                                                         f" + {len(prepared.tgt_vocab):,}")  # fmt: skip
+    return f"{', '.join(parts)}, {vocab}; {size / 2**20:,.1f} MiB in {prepared.folder}"
+
+
 def key_of(data: DataSpec, tokenizer: TokenizerSpec, corpus: Corpus) -> str:
     """What the vocabulary, and so every split's ids, are made from; the training files by content, not by path."""
     what = {"format": FORMAT, "corpus": data.corpus.name, "content": corpus.fingerprint(data.train, [data.source,

@@ -269,6 +269,25 @@ def prepare_data(jobs: list[Job], console: Any = None) -> None:
                 prepare_dataset(spec.data, spec.tokenizer, view.report, view.say)
 
 
+def prepare_experiments(experiments: list[Experiment], console: Any) -> None:
+    """`ablate data prepare`: every corpus the experiments' runs train on, prepared and checked, with what it holds."""
+    from ablate.data.dataset import prepare_dataset
+    from ablate.data.prepared import describe
+    from ablate.sweep.progress import Preparing
+
+    done = set()
+    for experiment in experiments:
+        for run in experiment.runs:
+            spec = run.spec
+            key = (spec.data.model_dump_json(), spec.tokenizer.model_dump_json())
+            if key in done:
+                continue
+            done.add(key)
+            with Preparing(console) as view:
+                prepared = prepare_dataset(spec.data, spec.tokenizer, view.report, view.say)
+            console.print(f"{experiment.path}: {run.name}: {describe(prepared)}", highlight=False, soft_wrap=True)
+
+
 def collect(planned: list[Planned], outcomes: Outcomes) -> list[RunResult]:
     """The result of every job in plan order: this sweep's, or what the run directory held."""
     rows = []
