@@ -31,7 +31,7 @@ def added(was: Any) -> dict[str, Any]:
 class Section(BaseModel):
     """A spec section: unknown keys and loose types are errors."""
 
-    model_config = ConfigDict(extra="forbid", strict=True)
+    model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
 
 
 def part(slot: Slot, default: str, hashed: dict[str, str] | None = None) -> Any:

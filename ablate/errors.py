@@ -105,11 +105,56 @@ def fields_at(model: type[BaseModel], loc: Loc) -> list[str] | None:
     return None
 
 
+def union_tag(part: str | int) -> bool:
+    """Whether a part of pydantic's error location names a member of a union (`constrained-float`,
+    `literal['epoch']`, `SeedSpreadFrom`), not a key of the spec."""
+    return isinstance(part, str) and (part in ("int", "float", "str", "bool", "none") or "-" in part or "[" in part
+                                      or part[:1].isupper())  # fmt: skip
+
+
+def either(errors: list[dict[str, Any]], model: type[BaseModel] | None) -> str:
+    """One line for a value that matched no member of a union: what each accepts, and what it got."""
+    said = []
+    for e in errors:
+        tag, msg = e["loc"][-1], e["msg"].removeprefix("Input should be ")
+        if tag.startswith("literal["):
+            said.append(msg)
+        elif tag[:1].isupper():
+            said.append(mapping_of(model, tag) or "a mapping")
+        else:
+            kind = "a whole number" if "int" in tag else "a number" if "float" in tag else f"a {tag}"
+            said.append(kind if msg.startswith("a valid") else f"{kind} {msg}" if not msg.startswith("a ") else msg)
+    got = errors[0].get("input")
+    return f"expected {' or '.join(dict.fromkeys(said))}" + ("" if isinstance(got, dict | list) else f" (got {got!r})")
+
+
+def mapping_of(model: type[BaseModel] | None, name: str) -> str | None:
+    """`{key: ..., ...}` for the pydantic model called `name` among `model`'s fields, at any depth."""
+    seen: set[type] = set()
+    todo: list[Any] = [model] if model else []
+    while todo:
+        annotation = todo.pop()
+        for member in (get_args(annotation) or (annotation,)):
+            if isinstance(member, type) and issubclass(member, BaseModel) and member not in seen:
+                seen.add(member)
+                if member.__name__ == name:
+                    keys = [field.alias or key for key, field in member.model_fields.items()]
+                    return "{" + ", ".join(f"{key}: ..." for key in keys) + "}"
+                todo += [field.annotation for field in member.model_fields.values()]
+            elif get_args(member):
+                todo.append(member)
+    return None
+
+
 def issues_from(error: ValidationError, model: type[BaseModel] | None = None) -> list[Issue]:
-    """Turns pydantic's errors into short `key: what` issues."""
-    issues = []
+    """Turns pydantic's errors into short `key: what` issues; a value that matched no member of a union (an
+    either-or key) is one issue naming what it accepts."""
+    issues, unions = [], {}
     for e in error.errors():
         loc = tuple(p for p in e["loc"] if not (isinstance(p, str) and p.startswith("function-")))
+        if loc and union_tag(loc[-1]) and not (isinstance((e.get("ctx") or {}).get("error"), SpecValueError)):
+            unions.setdefault(loc[:-1], []).append(e | {"loc": loc})
+            continue
         cause = (e.get("ctx") or {}).get("error")
         if isinstance(cause, SpecValueError):
             issues += [Issue(loc + issue.loc, issue.msg) for issue in cause.issues]
@@ -125,4 +170,12 @@ def issues_from(error: ValidationError, model: type[BaseModel] | None = None) ->
             if "input" in e and not isinstance(e["input"], dict | list):
                 msg += f" (got {e['input']!r})"
         issues.append(Issue(loc, msg))
+    for loc, errors in unions.items():
+        issues.append(Issue(loc, either(errors, model)) if len(errors) > 1 else Issue(loc, _one(errors[0])))
     return issues
+
+
+def _one(e: dict[str, Any]) -> str:
+    msg = e["msg"].removeprefix("Value error, ")
+    msg = msg[:1].lower() + msg[1:]
+    return msg + (f" (got {e['input']!r})" if "input" in e and not isinstance(e["input"], dict | list) else "")

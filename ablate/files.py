@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -13,6 +14,21 @@ from typing import Any
 import yaml
 
 from ablate.errors import SpecError, dotted
+
+
+class Loader(yaml.SafeLoader):
+    """PyYAML's safe loader, but `1e-9` and `3E5` are the numbers they mean, as YAML 1.2 reads them (YAML 1.1, which
+    PyYAML follows, wants a dot: `1.0e-9`, and reads `1e-9` as a string)."""
+
+
+Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:float", re.compile(r"^[-+]?[0-9][0-9_]*(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"), list("-+0123456789")
+)
+
+
+def load_yaml(text: str) -> Any:
+    """A YAML document as data, safely (no Python objects), numbers in exponent form included."""
+    return yaml.load(text, Loader=Loader)  # a SafeLoader: no Python objects
 
 
 def umask_mode() -> int:
@@ -73,7 +89,7 @@ def read_yaml(path: Path) -> dict[str, Any]:
     try:
         text = path.read_text(encoding="utf-8")
         repeated = duplicate_keys(text)
-        data = yaml.safe_load(text)
+        data = load_yaml(text)
     except yaml.YAMLError as error:
         mark = getattr(error, "problem_mark", None)
         where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "(top level)"
@@ -111,7 +127,7 @@ def duplicate_keys(text: str) -> list[tuple[str, int, int]]:
             for i, item in enumerate(node.value):
                 walk(item, (*path, i))
 
-    root = yaml.compose(text, Loader=yaml.SafeLoader)
+    root = yaml.compose(text, Loader=Loader)
     if root is not None:
         walk(root, ())
     return found

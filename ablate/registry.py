@@ -43,7 +43,7 @@ T = TypeVar("T")
 class PartParams(BaseModel):
     """A part's own parameters. Parts without any keep this empty model."""
 
-    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True, allow_inf_nan=False)
 
 
 class Part:

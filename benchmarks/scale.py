@@ -6,10 +6,11 @@ are Multi30k's val and test2016), then measures, with ABLATE_CACHE_DIR and the r
 
 1. prepare   `ablate data prepare`: its wall seconds and peak resident memory, once; then the same command
              again, with everything prepared (what every later `ablate run` pays);
-2. side by side  `ablate run` of two runs of experiments/base.yaml's model and batch size, one on Multi30k and
-             one on the large corpus, one core each, `--steps` steps: the seconds from the command to each run's
-             first step, the peak resident memory of the sweep process and of each worker, and each run's
-             training tok/s (their ratio is the figure: one machine, one moment);
+2. side by side  after one step of the baseline (it measures what a machine measures once: its peak FLOP/s
+             and the model's FLOP counts), `ablate run` of two runs of experiments/base.yaml's model and batch
+             size, one on Multi30k and one on the large corpus, one core each, `--steps` steps: the seconds from
+             the command to each run's first step, the peak resident memory of the sweep process and of each
+             worker, and each run's training tok/s (their ratio is the figure: one machine, one moment);
 3. two on the large corpus  the large corpus's run with two seeds at once: their summed peak memory.
 
     ABLATE_DATA_DIR=... python benchmarks/scale.py [--pairs 4500000] [--steps 100] [--work DIR]
@@ -177,9 +178,12 @@ def main() -> None:
     figures["prepare"] = timed(["data", "prepare", str(spec)], env)
     figures["prepared"] = timed(["data", "prepare", str(spec)], env)
     figures["disk_mib"] = sum(f.stat().st_size for f in (work / "cache/corpora").rglob("*") if f.is_file()) / 2**20
-    for name in ("side_by_side", "two_large"):
-        results = work / name
-        subprocess.run(["rm", "-rf", str(results)], check=True)
+    for name in ("warm", "side_by_side", "two_large"):
+        subprocess.run(["rm", "-rf", str(work / name)], check=True)
+    # one step of the baseline first: what a machine measures once (its peak FLOP/s, the model's FLOP counts) is
+    # measured before the timed runs, as it is for anyone who has run ablate here before
+    timed(["run", str(spec), "--only", "baseline", "--results", str(work / "warm"), "--set", "training.max_steps=1"],
+          env)  # fmt: skip
     runs = work / "side_by_side/scale/runs"
     figures["side_by_side"] = timed(
         ["run", str(spec), "--results", str(work / "side_by_side"), "--threads-per-run", "1"],

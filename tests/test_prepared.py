@@ -179,6 +179,7 @@ def test_a_prepare_killed_at_any_moment_leaves_nothing_read_as_whole(tmp_path):
     assert result.returncode == 0, result.stderr
     assert "train 60,000 pairs" in result.stdout
     assert whole_splits(cache) == ["train", "val"]
+    assert not list(cache.glob("corpora/*/.*.tmp"))  # what the killed preparations left is gone
     run = cli("run", str(spec), "--results", str(tmp_path / "results"), env={"ABLATE_CACHE_DIR": str(cache)})
     assert run.returncode == 0, run.stderr
     assert json.loads((tmp_path / "results/e/runs/baseline/seed-1/result.json").read_text())["status"] == "completed"
@@ -251,3 +252,36 @@ def test_a_vocabulary_learns_from_an_evenly_spaced_sample_of_a_large_split(tmp_p
     assert list(sample) == [everything[i] for i in (0, 111, 222, 333, 444, 555, 666, 777, 888, 999)]
     assert list(sample) == list(sample)  # read again for a vocabulary a side
     assert list(Sample(corpus, spec.data, 5000)) == everything
+
+
+def test_each_rank_reads_only_its_share_of_each_batch_from_the_map():
+    """Data-parallel, rank r of 2 collates sentences r, r + 2, ... of each batch: those pairs are read from the map,
+    no others (the two processes' shares together are the batch)."""
+    import torch
+
+    from ablate.model.transformer import build_model
+    from ablate.train.trainer import Pending, Trainer
+
+    spec = ablate.load_experiment(ROOT / "experiments/smoke.yaml").baseline.spec
+    data = load_dataset(spec.data, spec.tokenizer)
+
+    class Spy(TokenPairs):
+        def __getitem__(self, i):
+            self.read.append(int(i))
+            return super().__getitem__(i)
+
+    shares = []
+    for rank in (0, 1):
+        pairs = Spy(data.train.folder, data.train.rows)
+        pairs.read = []
+        torch.manual_seed(0)
+        model = build_model(spec.model, len(data.src_vocab), len(data.tgt_vocab))
+        trainer = Trainer(model, spec.training, spec.model.d_model)
+        trainer.rank, trainer.world = rank, 2  # what a placement of rank r of 2 gives, without a process group
+        updates = trainer.updates(pairs, 0)
+        trainer.position = 1
+        trainer._update_at(pairs, updates, Pending(None, float("inf")))
+        batch = updates[0][0]
+        assert sorted(pairs.read) == sorted(batch[rank::2].tolist())
+        shares.append(set(pairs.read))
+    assert not shares[0] & shares[1] and shares[0] | shares[1] == set(batch.tolist())

@@ -142,8 +142,8 @@ def describe(prepared: Prepared) -> str:
         size += sum(meta["bytes"].values())
         parts.append(f"{split} {meta['pairs']:,} pairs ({meta['tokens']['src.bin']:,} + {meta['tokens']['tgt.bin']:,}"
                      " tokens)")  # fmt: skip
-    vocab = f"vocabulary {len(prepared.src_vocab):,}" + ("" if prepared.src_vocab is prepared.tgt_vocab else
-                                                         f" + {len(prepared.tgt_vocab):,}")  # fmt: skip
+    joint = prepared.src_vocab.tokenizer is prepared.tgt_vocab.tokenizer  # behind preprocessing: two wrappers of one
+    vocab = f"vocabulary {len(prepared.src_vocab):,}" + ("" if joint else f" + {len(prepared.tgt_vocab):,}")
     return f"{', '.join(parts)}, {vocab}; {size / 2**20:,.1f} MiB in {prepared.folder}"
 
 
@@ -196,8 +196,9 @@ def write_split(corpus: Corpus, data: DataSpec, split: str, src_vocab: Vocabular
                 folder: Path, report: Report) -> None:  # fmt: skip
     """Encodes a split chunk by chunk into a temporary folder beside `folder`, then renames it into place: a process
     killed at any moment leaves no folder of that name, or a whole one."""
+    for stale in folder.parent.glob(f".{folder.name}.*.tmp"):  # a killed preparation's: the lock is ours now
+        shutil.rmtree(stale, ignore_errors=True)
     tmp = folder.with_name(f".{folder.name}.{os.getpid()}.tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
     code, dtype = ("H", "<u2") if max(len(src_vocab), len(tgt_vocab)) <= 1 << 16 else ("i", "<i4")
     digests = {name: hashlib.sha256() for name in FILES}

@@ -38,7 +38,7 @@ RUN_NAME = re.compile(r"^[\w.=,+-]+$")
 class SlurmSpec(BaseModel):
     """Where and how long the jobs of `--launcher slurm` run; flags of `ablate run` override these."""
 
-    model_config = ConfigDict(extra="forbid", strict=True)
+    model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
 
     partition: str | None = Field(None, description="the Slurm partition (default: the cluster's default)")
     time_min: int = Field(240, gt=0, description="time limit of one job, in minutes")
@@ -70,7 +70,7 @@ def slurm_settings(spec: SlurmSpec, flags: dict[str, Any]) -> SlurmSpec:
 class SeedSpreadFrom(BaseModel):
     """`seed_sd: {from: pe}`: the seed sd pooled over another experiment's runs (its results directory's)."""
 
-    model_config = ConfigDict(extra="forbid", strict=True, populate_by_name=True)
+    model_config = ConfigDict(extra="forbid", strict=True, populate_by_name=True, allow_inf_nan=False)
 
     source: str = Field(alias="from", pattern=RUN_NAME.pattern, description="the experiment under the results root")
 
@@ -78,7 +78,7 @@ class SeedSpreadFrom(BaseModel):
 class Header(BaseModel):
     """The keys of an experiment file besides the spec sections."""
 
-    model_config = ConfigDict(extra="forbid", strict=True)
+    model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
 
     name: str = Field(pattern=RUN_NAME.pattern, description="the experiment's name; results go under it")
     description: str = ""
@@ -193,9 +193,8 @@ def load_experiment(path: str | Path, overrides: Sequence[str] = (), lr_sweep: S
         try:
             data = apply_overrides(data, changes, path, where)
             data = apply_overrides(data, sets, "--set", ())
-            specs[name] = _validate(
-                data, origins if name == "baseline" else {}, path, "" if name == "baseline" else f"run '{name}'"
-            )
+            specs[name] = _validate(data, origins if name == "baseline" else {}, path,
+                                    "" if name == "baseline" else f"run '{name}'", set_by(overrides))  # fmt: skip
         except SpecError as error:
             if name == "baseline":
                 raise
@@ -300,15 +299,39 @@ def _resolve(path: Path, chain: tuple[Path, ...]) -> tuple[Header, dict[str, Any
     return header, baseline, origins, plugins
 
 
-def _validate(data: dict[str, Any], origins: dict[str, Path], default_file: Path, context: str) -> RunSpec:
+def set_by(overrides: Sequence[str]) -> dict[str, str]:
+    """dotted key -> the `--set KEY=VALUE` that set it."""
+    return {item.split("=", 1)[0].strip(): f"--set {item.strip()}" for item in overrides if "=" in item}
+
+
+def _validate(data: dict[str, Any], origins: dict[str, Path], default_file: Path, context: str,
+              sets: dict[str, str] | None = None) -> RunSpec:  # fmt: skip
+    """The run's spec, or every problem named where it was made: the file that set the key, or the `--set` that set
+    it or a key the problem names (`heads=4 does not divide d_model=255` is --set model.d_model's doing, not the
+    file's that set heads)."""
     try:
         return RunSpec.model_validate(data)
     except ValidationError as error:
         lines = []
         for issue in issues_from(error, RunSpec):
-            file = next((origins[k] for k in _prefixes(issue.loc) if k in origins), default_file)
+            blamed = _set_blamed(issue, sets or {})
+            file = blamed or next((origins[k] for k in _prefixes(issue.loc) if k in origins), default_file)
             lines += SpecError.at(file, [issue], context).lines
         raise SpecError(lines) from None
+
+
+def _set_blamed(issue: Issue, sets: dict[str, str]) -> str | None:
+    """The `--set` behind an issue: one that set its key (or a key above it), or one in its section whose key the
+    message names."""
+    for key in _prefixes(issue.loc):
+        if key in sets:
+            return sets[key]
+    section = str(issue.loc[0]) if issue.loc else ""
+    for key, given in sets.items():
+        leaf = key.split(".")[-1]
+        if key.split(".")[0] == section and re.search(rf"(?<![\w.]){re.escape(leaf)}(?![\w])", issue.msg):
+            return given
+    return None
 
 
 def _prefixes(loc: tuple) -> list[str]:

@@ -29,6 +29,7 @@ from ablate.report.tables import print_table
 from ablate.rundir import (
     JOB,
     RESULT,
+    RUNS,
     SUMMARY_CSV,
     SUMMARY_MD,
     Exit,
@@ -127,6 +128,15 @@ def check_only(experiments: list[Experiment], only: list[str]) -> None:
             if name not in names:
                 raise UserError(f"--only: {experiment.path} has no run '{name}'{did_you_mean(name, names)} "
                                 f"(runs: {', '.join(names)})")  # fmt: skip
+
+
+def check_results(results: Path) -> None:
+    """`--results DIR` is where experiments' directories go, not one of them: `ablate report` takes an experiment's
+    directory, and a user who gives `ablate run` the same would nest a new experiment inside it."""
+    if (results / "design.json").is_file() or (results / RUNS).is_dir():
+        raise UserError(f"--results {results}: an experiment's directory (it holds "
+                        f"{'design.json' if (results / 'design.json').is_file() else RUNS + '/'}); --results takes the "
+                        f"directory experiments go in: --results {results.parent}")  # fmt: skip
 
 
 def sweep(experiment: Experiment, options: Options, console) -> Summary:

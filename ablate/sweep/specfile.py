@@ -17,6 +17,7 @@ import yaml
 from pydantic import BaseModel
 
 from ablate.errors import Issue, SpecError, dotted, unknown_key
+from ablate.files import load_yaml
 from ablate.registry import Slot
 
 
@@ -52,7 +53,7 @@ def parse_overrides(items: Sequence[str], flag: str = "--set") -> dict[str, Any]
             example = "model.heads=4" if flag == "--set" else "account=nlp"
             raise SpecError([f"{flag}: expected KEY=VALUE such as {example}, got '{item}'"])
         try:
-            out[key.strip()] = yaml.safe_load(value)
+            out[key.strip()] = load_yaml(value)
         except yaml.YAMLError as error:
             raise SpecError([f"{flag}: {key}: value is not valid YAML: {error}"]) from None
     return out

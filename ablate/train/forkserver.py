@@ -321,6 +321,15 @@ def _write(fd: int, message: dict[str, Any]) -> None:
         data = data[os.write(fd, data) :]
 
 
+def _tell(replies: int, message: dict[str, Any]) -> None:
+    """The server's word to the sweep; where the sweep has gone (a Ctrl-C while a worker started), this process goes
+    too, at once and without a traceback: its children die with it (die_with_parent)."""
+    try:
+        _write(replies, message)
+    except BrokenPipeError:
+        os._exit(0)
+
+
 # ---- the server's side -----------------------------------------------------------------------------------------
 
 
@@ -378,7 +387,7 @@ def _reap(replies: int) -> None:
             return
         if pid == 0:
             return
-        _write(replies, {"exited": pid, "code": os.waitstatus_to_exitcode(status)})
+        _tell(replies, {"exited": pid, "code": os.waitstatus_to_exitcode(status)})
 
 
 def _fork(request: dict[str, Any], replies: int, server_fds: tuple[int, ...]) -> None:
@@ -389,7 +398,7 @@ def _fork(request: dict[str, Any], replies: int, server_fds: tuple[int, ...]) ->
     except OSError as error:
         os.close(ready_r)
         os.close(ready_w)
-        _write(replies, {"error": f"fork failed: {error}"})
+        _tell(replies, {"error": f"fork failed: {error}"})
         return
     if pid == 0:
         os.close(ready_r)
@@ -397,7 +406,7 @@ def _fork(request: dict[str, Any], replies: int, server_fds: tuple[int, ...]) ->
     os.close(ready_w)
     answer = os.read(ready_r, 1)  # b"" if it died in its set-up
     os.close(ready_r)
-    _write(replies, {"started": pid} if answer else {"error": "the forked worker died in its set-up"})
+    _tell(replies, {"started": pid} if answer else {"error": "the forked worker died in its set-up"})
 
 
 def _become_worker(request: dict[str, Any], ready_w: int, server_fds: Iterable[int]) -> NoReturn:

@@ -217,13 +217,27 @@ class LocalLauncher:
             _stop(active, view)
             for proc, (job, _) in active.items():  # one that was decoding finishes its result first
                 results[job.label] = outcome(job, proc.returncode)
-            raise Interrupted() from None
+            raise Interrupted(interrupted([job for job, _ in active.values()])) from None
         finally:
             if server is not None:
                 server.close()
         if user_error is not None:
             raise UserError(user_error)
         return results
+
+
+def interrupted(stopped: list[Job]) -> str:
+    """What a Ctrl-C left: the runs it stopped that had a checkpoint to resume from, and those that had none yet."""
+    saved = [job for job in stopped if checkpoint_step(job.directory, job.config_hash) is not None]
+    if not stopped:
+        return "interrupted before any run started; run the same command again to start them"
+    if not saved:
+        which, them = ("the run", "it") if len(stopped) == 1 else (f"any of the {len(stopped)} runs", "them")
+        return f"interrupted before {which} saved a checkpoint: the same command starts {them} again from the beginning"
+    fresh = len(stopped) - len(saved)
+    return (f"interrupted: {len(saved)} run(s) have a checkpoint to resume from" + (f", {fresh} had none yet" if fresh
+                                                                                         else "")
+            + "; to resume, run the same command again")  # fmt: skip
 
 
 def _stop(active: dict[Worker, tuple[Job, list[int]]], view: SweepView) -> None:

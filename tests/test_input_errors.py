@@ -1,0 +1,153 @@
+"""Bad input and interruptions as a new user meets them (issue 76), each through the CLI: one line naming the file,
+the key (or the flag the user set) and what is wrong, exit code 2, nothing written; a closed pipe and a Ctrl-C at
+any moment end quietly, with a true message."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+import ablate
+from tests.conftest import ROOT, cli
+
+SMOKE = ROOT / "experiments" / "smoke.yaml"
+
+
+def spec(tmp_path, text: str):
+    path = tmp_path / "e.yaml"
+    path.write_text(f"name: e\nextends: {SMOKE}\n{text}")
+    return path
+
+
+@pytest.mark.parametrize(
+    ("text", "line"),
+    [
+        ("margin: .inf\n", "margin: input should be a finite number (got inf)"),
+        ("seed_sd: .nan\n", "seed_sd: expected a finite number or {from: ...} (got nan)"),
+        ("training: {label_smoothing: .inf}\n", "training.label_smoothing: input should be a finite number (got inf)"),
+        ("model: {dropout: .nan}\n", "model.dropout: input should be a finite number (got nan)"),
+    ],
+)
+def test_inf_and_nan_are_refused_wherever_a_number_is_read(tmp_path, text, line):
+    run = cli("validate", str(spec(tmp_path, text)))
+    assert run.returncode == 2
+    assert run.stderr.strip() == f"{tmp_path / 'e.yaml'}: {line}"
+
+
+def test_inf_given_with_set_is_refused_and_named():
+    run = cli("validate", str(SMOKE), "--set", "training.label_smoothing=.inf")
+    assert run.returncode == 2
+    assert run.stderr.strip() == ("--set training.label_smoothing=.inf: training.label_smoothing: input should be a "
+                                  "finite number (got inf)")  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("text", "line"),
+    [
+        ("seed_sd: banana\n", "seed_sd: expected a number or {from: ...} (got 'banana')"),
+        ("seed_sd: -1\n", "seed_sd: expected a number greater than 0 or {from: ...} (got -1)"),
+        ("training: {validate_every: banana}\n", "training.validate_every: expected a whole number or 'epoch' "
+                                                 "(got 'banana')"),
+        ("training: {validate_every: 0}\n", "training.validate_every: expected a whole number greater than 0 or "
+                                            "'epoch' (got 0)"),
+    ],
+)  # fmt: skip
+def test_an_either_or_key_answers_in_one_line_naming_what_it_accepts(tmp_path, text, line):
+    run = cli("validate", str(spec(tmp_path, text)))
+    assert run.returncode == 2
+    assert run.stderr.strip() == f"{tmp_path / 'e.yaml'}: {line}"
+
+
+def test_yaml_exponents_are_the_numbers_they_mean(tmp_path):
+    path = spec(tmp_path, "training: {schedule: {name: inverse_sqrt, lr: 1e-9, warmup: 20}}\n")
+    assert cli("validate", str(path)).returncode == 0
+    assert ablate.load_experiment(path).baseline.spec.training.schedule.params.lr == 1e-9
+    changed = ablate.load_experiment(SMOKE, ["training.schedule.lr=2E-3"]).baseline.spec.training.schedule
+    assert changed.params.lr == 0.002
+    text = spec(tmp_path, "description: 1e-9 is a string here\n")
+    assert ablate.load_experiment(text).description == "1e-9 is a string here"
+
+
+def test_an_error_names_the_key_the_user_set_not_the_file_that_set_another():
+    run = cli("validate", str(ROOT / "experiments/pe.yaml"), "--set", "model.d_model=255")
+    assert run.returncode == 2
+    assert run.stderr.strip() == ("--set model.d_model=255: model.heads: heads=4 does not divide d_model=255; "
+                                  "choose heads that divide it, or set d_k")  # fmt: skip
+
+
+def test_results_that_is_an_experiments_directory_is_refused_and_names_its_parent(tmp_path):
+    experiment = tmp_path / "pe"
+    (experiment / "runs").mkdir(parents=True)
+    (experiment / "design.json").write_text('{"margin": 1.0, "alpha": 0.05, "seeds": [1], "first": 1}\n')
+    before = sorted(p.name for p in experiment.rglob("*"))
+    run = cli("run", str(ROOT / "experiments/pe.yaml"), "--results", str(experiment), "--margin", "3")
+    assert run.returncode == 2
+    assert run.stderr.strip() == (f"--results {experiment}: an experiment's directory (it holds design.json); "
+                                  f"--results takes the directory experiments go in: --results {tmp_path}")  # fmt: skip
+    assert sorted(p.name for p in experiment.rglob("*")) == before  # no nested pe/, no design declared
+
+
+def test_downloading_a_corpus_of_your_own_files_says_there_is_nothing_to_download():
+    run = cli("data", "download", "files")
+    assert run.returncode == 2
+    assert run.stderr.strip() == ("ablate data download: corpus 'files' is read from your own files "
+                                  "(data.corpus.paths in a spec); there is nothing to download")  # fmt: skip
+
+
+@pytest.mark.parametrize("command", [["schema"], ["parts"], ["check", "--list"]])
+def test_a_closed_pipe_ends_quietly_with_the_shells_sigpipe_code(command):
+    """`ablate schema | head`: the reader has gone before the writer has finished; no traceback, and 141 (128 +
+    SIGPIPE, what a shell reports for a program SIGPIPE ended), not 1, which means a failed run."""
+    process = subprocess.Popen([sys.executable, "-m", "ablate.cli", *command], cwd=ROOT, stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE)  # fmt: skip
+    process.stdout.close()  # the reader has gone: every write fails
+    err = process.stderr.read().decode()
+    assert process.wait(timeout=120) == 141, err
+    assert err == ""
+
+
+def ctrl_c(tmp_path, when: str):
+    """`ablate run` of smoke's baseline, interrupted at `when`: its exit code, stderr and run directory."""
+    directory = tmp_path / "smoke/runs/baseline/seed-1"
+    process = subprocess.Popen(
+        [sys.executable, "-m", "ablate.cli", "run", str(SMOKE), "--only", "baseline", "--results", str(tmp_path),
+         "--set", "training.max_steps=3000", "--set", "training.checkpoint_every=1000"],
+        cwd=ROOT, env=os.environ | {"PYTHONUNBUFFERED": "1"}, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True,
+    )  # fmt: skip
+    deadline = time.monotonic() + 120
+    if when == "at once":
+        time.sleep(0.5)
+    else:
+        line = ""
+        while "started on cpu" not in line and time.monotonic() < deadline:
+            line = process.stdout.readline()
+        if when == "training":
+            while (
+                not (directory / "metrics.jsonl").is_file() or '"loss"' not in (directory / "metrics.jsonl").read_text()
+            ):
+                time.sleep(0.05)
+    process.send_signal(signal.SIGINT)
+    _, err = process.communicate(timeout=120)
+    return process.returncode, err, directory
+
+
+@pytest.mark.parametrize("when", ["at once", "as the worker starts", "training"])
+def test_ctrl_c_at_any_moment_is_one_true_line(tmp_path, when):
+    code, err, directory = ctrl_c(tmp_path, when)
+    assert code == 130, err
+    assert "Traceback" not in err and "BrokenPipe" not in err, err
+    last = err.strip().splitlines()[-1]  # the message, then the command that resumes: `...: ablate run FILE ...`
+    has_checkpoint = (directory / "checkpoints/last.json").is_file()
+    if has_checkpoint:
+        said = ["interrupted: 1 run(s) have a checkpoint to resume from; to resume, run the same command again"]
+    else:
+        said = [
+            "interrupted",
+            "interrupted before any run started; run the same command again to start them",
+            "interrupted before the run saved a checkpoint: the same command starts it again from the beginning",
+        ]
+    assert last.split(": ablate run ")[0] in said, last
