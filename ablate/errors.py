@@ -134,7 +134,7 @@ def mapping_of(model: type[BaseModel] | None, name: str) -> str | None:
     todo: list[Any] = [model] if model else []
     while todo:
         annotation = todo.pop()
-        for member in (get_args(annotation) or (annotation,)):
+        for member in get_args(annotation) or (annotation,):
             if isinstance(member, type) and issubclass(member, BaseModel) and member not in seen:
                 seen.add(member)
                 if member.__name__ == name:
