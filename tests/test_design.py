@@ -92,7 +92,8 @@ def test_dry_run_shows_the_design_the_worst_case_and_the_cost(tmp_path):
     out = " ".join(run.stdout.split())
     assert "design: margin ±1 BLEU, α 0.05 spent over 3 looks" in out and "3 to 5 seeds a run" in out
     assert "worst case: at most 20 runs (4 runs x 5 seeds), at least 12" in out
-    assert "cost: no measurement here" in out
+    assert "cost: the worst case has 20 runs left: about " in out  # priced from the committed pe runs
+    assert "finished runs of this experiment on" in out
 
 
 def test_a_borrowed_seed_spread_is_declared_before_the_results(tmp_path, write):

@@ -151,3 +151,18 @@ def test_ctrl_c_at_any_moment_is_one_true_line(tmp_path, when):
             "interrupted before the run saved a checkpoint: the same command starts it again from the beginning",
         ]
     assert last.split(": ablate run ")[0] in said, last
+
+
+def test_dry_run_prices_from_the_committed_runs_where_this_machine_has_none(tmp_path):
+    run = cli("run", str(ROOT / "experiments/pe.yaml"), "--dry-run", "--results", str(tmp_path))
+    assert run.returncode == 0, run.stderr
+    (cost,) = [line.strip() for line in run.stdout.splitlines() if line.strip().startswith("cost:")]
+    assert cost.startswith("cost: 12 to train now: about ") and "run-hours, from " in cost, cost
+    assert "finished runs of this experiment on " in cost and "0.0 run" not in cost
+
+
+def test_run_time_never_reads_zero():
+    from ablate.sweep.dryrun import run_time
+
+    assert [run_time(s) for s in (1, 30, 90, 600, 7100, 7300)] == [
+        "1 run-minute", "1 run-minute", "2 run-minutes", "10 run-minutes", "118 run-minutes", "2.0 run-hours"]  # fmt: skip

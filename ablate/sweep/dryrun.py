@@ -6,6 +6,8 @@ train and what they would cost on this machine, from the runs this machine has f
 from __future__ import annotations
 
 import statistics
+from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
 
 from ablate.record import DesignRecord
@@ -68,23 +70,88 @@ def design_lines(experiment: Experiment, results: Path, record: DesignRecord | N
     to_train = [p for p in planned if p.trains]
     if sequential:  # the looks decide what trains: price the worst case, each run at its measured time here
         finished = len(planned) - len(to_train)
-        seconds, measured = cost_here(runs, experiment.name, results)
+        cost = Cost.of(runs, experiment.name, results)
         left = worst - finished
-        cost = ("no measurement here: no run of this experiment has finished on this machine under "
-                f"{results}") if measured == 0 else (f"the worst case's {left} runs left about "
-                f"{seconds / len(runs) * left / 3600:.1f} run-hours, from {measured} finished runs of this "
-                "experiment on this machine, one run at a time")  # fmt: skip
-        return [said, f"worst case: {case}", f"cost: {cost}"]
-    seconds, measured = cost_here([p.job.run for p in to_train], experiment.name, results)
-    if not to_train:
-        cost = "nothing to train now"
-    elif measured == 0:
-        cost = f"no measurement here: no run of this experiment has finished on this machine under {results}"
-    else:
-        cost = (f"about {seconds / 3600:.1f} run-hours for the {len(to_train)} to train now, from {measured} "
-                "finished runs of this experiment on this machine (the same CPU model, ISA and bf16, or GPU), one "
-                "run at a time")  # fmt: skip
-    return [said, f"worst case: {case}; {len(to_train)} to train now", f"cost: {cost}"]
+        each = cost.seconds / len(runs) if runs else 0.0
+        return [said, f"worst case: {case}", f"cost: {cost.say(each * left, f'the worst case has {left} runs left')}"]
+    cost = Cost.of([p.job.run for p in to_train], experiment.name, results)
+    said_cost = "nothing to train now" if not to_train else cost.say(cost.seconds, f"{len(to_train)} to train now")
+    return [said, f"worst case: {case}; {len(to_train)} to train now", f"cost: {said_cost}"]
+
+
+@dataclass(frozen=True)
+class Cost:
+    """What the planned runs would take, from finished runs of the same experiment: this machine's where it has
+    some, else the committed ones' (results/ beside the command) and the machines they ran on."""
+
+    seconds: float  # the jobs' run time, each at its run's median wall time (else the median of every run)
+    measured: int  # finished jobs read
+    machines: list[str]  # where they ran, when not on this machine
+    results: Path
+
+    @classmethod
+    def of(cls, runs: list[str], experiment: str, results: Path) -> Cost:
+        here = _this_machine()
+        places = list(dict.fromkeys([results.resolve(), Path("results").resolve()]))
+        found = [r for place in places for r in _finished(place, experiment)]
+        mine = [r for r in found if here and (r.device or "").startswith(here)]
+        if not mine:  # the machine of the same kind (CPU or GPU) that finished the most of them
+            gpu = _this_machine_has_gpu()
+            kind = [r for r in found if bool(r.gpus) == gpu] or found
+            most = Counter(_machine(r) for r in kind).most_common(1)
+            found = [r for r in kind if most and _machine(r) == most[0][0]]
+        used = mine or found
+        walls: dict[str, list[float]] = {}
+        for r in used:
+            walls.setdefault(r.run, []).append(float(r.wall_seconds))
+        if not walls:
+            return cls(0.0, 0, [], results)
+        every = statistics.median(w for v in walls.values() for w in v)
+        seconds = sum(statistics.median(walls[run]) if run in walls else every for run in runs)
+        machines = [] if mine else sorted({_machine(r) for r in used})
+        return cls(seconds, len(used), machines, results)
+
+    def say(self, seconds: float, what: str) -> str:
+        """`what: about N run-hours, from ...`: `seconds` of run time priced from this cost's runs."""
+        if not self.measured:
+            return (f"no measurement: no run of this experiment has finished under {self.results} or in ./results, "
+                    "on this machine or another")  # fmt: skip
+        where = (f"from {self.measured} finished runs of this experiment on this machine (the same CPU model, ISA "
+                 "and bf16, or GPU), one run at a time" if not self.machines else
+                 f"from {self.measured} finished runs of this experiment on {', '.join(self.machines)}, not this "
+                 "machine (none has finished here): expect another figure here")  # fmt: skip
+        return f"{what}: about {run_time(seconds)}, {where}"
+
+
+def run_time(seconds: float) -> str:
+    """Run time as people read it: run-hours, or run-minutes under two hours (never `0.0 run-hours`)."""
+    if seconds >= 7200:
+        return f"{seconds / 3600:.1f} run-hours"
+    return f"{max(1, round(seconds / 60))} run-minute{'s' if round(seconds / 60) > 1 else ''}"
+
+
+def _machine(result) -> str:
+    """The machine a run's result.json names, without its thread count."""
+    device = result.device or "an unknown device"
+    return device.rsplit(", ", 1)[0] if device.endswith(("thread", "threads")) else device
+
+
+def _this_machine_has_gpu() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def _finished(results: Path, experiment: str) -> list:
+    """Finished, trained (not copied) runs of `experiment` under `results`."""
+    out = []
+    for directory in run_directories(results):
+        if directory.parents[2].name != experiment:
+            continue
+        result = read_result(directory)
+        if result is not None and result.finished and not result.reused_from and result.wall_seconds is not None:
+            out.append(result)
+    return out
 
 
 def next_look(experiment: Experiment, options, record: DesignRecord) -> str:
@@ -97,26 +164,6 @@ def next_look(experiment: Experiment, options, record: DesignRecord) -> str:
     adding = {run: n for run, n in replayed.wanted.items() if n > have.get(run, 0)}
     trains = ", ".join(f"{run} to {n} seeds" for run, n in adding.items()) or "nothing (reads the finished seeds)"
     return f"sequential: {replayed.looks} look(s) taken; look {replayed.looks + 1} trains {trains}"
-
-
-def cost_here(runs: list[str], experiment: str, results: Path) -> tuple[float, int]:
-    """Seconds of run time the jobs of `runs` would take, each at the median wall time of the finished jobs of the
-    same run of `experiment` on this machine (else of any of its runs here), and how many finished jobs that read."""
-    here = _this_machine()
-    walls: dict[str, list[float]] = {}
-    for directory in run_directories(results):
-        if directory.parents[2].name != experiment:
-            continue
-        result = read_result(directory)
-        if result is None or not result.finished or result.reused_from or result.wall_seconds is None:
-            continue
-        if here and (result.device or "").startswith(here):
-            walls.setdefault(result.run, []).append(result.wall_seconds)
-    measured = sum(len(v) for v in walls.values())
-    if not measured:
-        return 0.0, 0
-    every = statistics.median(w for v in walls.values() for w in v)
-    return sum(statistics.median(walls[run]) if run in walls else every for run in runs), measured
 
 
 def _this_machine() -> str:
