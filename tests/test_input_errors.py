@@ -166,3 +166,37 @@ def test_run_time_never_reads_zero():
 
     assert [run_time(s) for s in (1, 30, 90, 600, 7100, 7300)] == [
         "1 run-minute", "1 run-minute", "2 run-minutes", "10 run-minutes", "118 run-minutes", "2.0 run-hours"]  # fmt: skip
+
+
+def test_docs_spec_documents_every_key_of_a_spec_and_an_experiment_file():
+    """Every field of RunSpec and of the experiment file's header, at every depth, is named in docs/spec.md."""
+    import re
+
+    from pydantic import BaseModel
+
+    from ablate.sweep.experiment import Header
+    from ablate.train.spec import RunSpec
+
+    text = (ROOT / "docs/spec.md").read_text()
+
+    def keys(model, prefix=()):
+        for name, field in model.model_fields.items():
+            yield ".".join((*prefix, field.alias or name))
+            if isinstance(field.annotation, type) and issubclass(field.annotation, BaseModel):
+                yield from keys(field.annotation, (*prefix, name))
+
+    missing = [key for model in (RunSpec, Header) for key in keys(model)
+               if not re.search(rf"\b{re.escape(key.split('.')[-1])}\b", text)]  # fmt: skip
+    assert not missing, f"docs/spec.md does not document {missing}"
+
+
+def test_docs_give_each_references_cost_as_check_list_does():
+    """docs/running.md's table of references quotes, for each measured one, the minutes `ablate check --list` shows."""
+    from ablate.check.reference import load
+
+    rows = {line.split("|")[1].strip(" `"): line for line in (ROOT / "docs/running.md").read_text().splitlines()
+            if line.startswith("| `")}  # fmt: skip
+    for path in sorted((ROOT / "results/reference").glob("*.yaml")):
+        wall = load(path).environment.get("wall_seconds")
+        if isinstance(wall, int | float):
+            assert f"{wall / 60:.0f} min where it was measured" in rows[path.stem], path.stem
