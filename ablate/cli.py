@@ -300,6 +300,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
         raise UserError(f"ablate bench: --sentences {args.sentences}: expected 0 or more")
     if args.decode_rounds < 0:
         raise UserError(f"ablate bench: --decode-rounds {args.decode_rounds}: expected 0 or more")
+    if not args.max_minutes > 0:  # NaN too
+        raise UserError(f"ablate bench: --max-minutes {args.max_minutes:g}: expected a positive number of minutes")
     options = Options(args.device, args.threads, args.updates, args.sentences, args.target,
                       max_rounds=args.max_rounds, max_seconds=args.max_minutes * 60, weights=args.weights,
                       decode_rounds=args.decode_rounds)  # fmt: skip

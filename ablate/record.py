@@ -386,7 +386,8 @@ class RunSpeed(Record):
 
 class SpeedRecord(Record):
     """An experiment's speed.json (speed.cuda.json on a GPU): every run timed side by side on one machine by `ablate
-    bench`, interleaved round by round, so that the machine's drift and its neighbours fall on every run alike."""
+    bench`, one run after another in each round, their order rotated every round, so that the machine's drift and
+    its neighbours fall on every run alike."""
 
     experiment: str
     machine: str = Field(description="the GPU, or the CPU's model, vector ISA, bf16 and threads")
@@ -400,6 +401,11 @@ class SpeedRecord(Record):
     rounds: int = Field(description="timed rounds, the warm-up round not counted")
     target: float = Field(description="the ratios' 95% interval half-width aimed at, relative: 0.03 is ±3%")
     reached: bool = Field(description="every ratio's interval within the target (else the rounds or time ran out)")
+    core_share: float | None = Field(
+        None,
+        description="the share of the cores it computed on that other processes left it over the counted rounds, "
+        "0 to 1 (ablate.train.device.CoreShare); absent: not measured (a bench before issue 76, or no /proc/stat)",
+    )
     decode_split: str | None = None
     decode_sentences: int = 0
     decode_rounds: int | None = Field(

@@ -5,17 +5,24 @@ wherever they trained, so one experiment's rows can come from a Zen 4, an AVX2-o
 builds each run's model and batches here, from the run's spec and seed, and times them in rounds:
 
 - training updates (forward, backward, Adam; the run's precision, loss kernel and shape buckets, as
-  ablate.train.trainer trains them) over the first `updates` updates of the run's epoch 0, each update of every
-  run in turn (A1, B1, C1, A2, B2, ...), so that the machine's drift and its neighbours fall on every run alike;
+  ablate.train.trainer trains them): the first `updates` updates of the run's epoch 0, in a row, as it trains;
 - then, in the warm-up and the first `decode_rounds` rounds (3), greedy decoding and beam search (the run's beam
   size and length penalty) of the first sentences of its first test split, each output forced to its source's
   length in tokens (`LengthForced`): untrained weights would decode to the length limit, trained ones stop near
   the source's length. Decoding takes most of a round on a CPU, so the later rounds time the updates alone and the
-  updates' ratios narrow in fewer minutes;
+  updates' ratios narrow in fewer minutes.
 
-until every run's speed over the baseline's has a 95% interval within the target (±3%), after at least three
-rounds, or the rounds or the time run out. The first round warms up (kernels built for each shape) and is not
-counted. Peak memory is measured once a run, apart: on CUDA by torch's allocator, on a CPU in a process forked for
+A round is each run's turn in an order rotated every round (`order_of`), so that every run takes every place in
+a round alike and the machine's drift falls on every run alike. The baseline always first, with each update of
+every run in turn (A1, B1, A2, B2, ...), measured the order as well as the runs (issue 76): every run but the first
+followed an update of the same shapes, and copies of the baseline read 1.14x to 1.67x its speed on a Xeon with AMX.
+tests/test_bench.py holds an A/A bench (the baseline against copies of itself) to 1.00 within its intervals.
+
+Each run's speed over the baseline's is the geometric mean of the rounds' paired ratios with a 95% t interval over
+rounds; the bench stops once every one has an interval within the target (±3%), after at least three rounds, or
+when the rounds or the time run out. The share of its cores that other processes left it over the rounds is
+recorded (`core_share`) and said when under 0.9. The first round warms up (kernels built for each shape) and is
+not counted. Peak memory is measured once a run, apart: on CUDA by torch's allocator, on a CPU in a process forked for
 the run before anything here computes (so every run starts from the same process: torch and the corpus loaded).
 
 Speed depends on the shapes, kernels and lengths, not on the weights' values, so no trained weights are needed;
@@ -52,7 +59,7 @@ from ablate.rundir import config_hash, job_dir, last_checkpoint, write_speed
 from ablate.sweep.experiment import Experiment, Run
 from ablate.train import checkpoints
 from ablate.train.bf16 import bf16_matmuls
-from ablate.train.device import Placement, device_name, resolve_precision
+from ablate.train.device import CoreShare, Placement, device_name, resolve_precision
 from ablate.train.flops import FlopModel, peak_flops, significant
 from ablate.train.pipeline import peak_memory_mib, reset_peak_memory
 from ablate.train.trainer import Trainer, autocast, updates_of
@@ -200,17 +207,30 @@ class Subject:
         return len(self.slice_ids) / seconds
 
 
-def one_round(subjects: Sequence[Subject], decode: bool = True) -> list[Sample]:
-    """A round: each fixed update of every run in turn (A1, B1, C1, A2, B2, ...), so that the machine's drift,
-    seconds long on a shared VM, falls on every run alike; then, if `decode`, each run's greedy and beam
-    decoding."""
-    seconds = [0.0] * len(subjects)
-    for i in range(max(len(s.batches) for s in subjects)):
-        for k, subject in enumerate(subjects):
-            if i < len(subject.batches):
-                seconds[k] += subject.update(i)
-    greedy = [s.decode(1) if decode and s.sources else None for s in subjects]
-    beam = [s.decode(s.run.spec.evaluation.beam_size) if decode and s.sources else None for s in subjects]
+def order_of(number: int, runs: int) -> list[int]:
+    """The runs' order in round `number`: turned by one every round, and reversed every other cycle of `runs`
+    rounds, so that in any 2 x `runs` rounds in a row each run takes every place twice and follows either run beside
+    it in the file as often."""
+    order = list(range(runs)) if (number // runs) % 2 == 0 else list(range(runs))[::-1]
+    shift = number % runs
+    return order[shift:] + order[:shift]
+
+
+def one_round(subjects: Sequence[Subject], decode: bool = True, number: int = 0) -> list[Sample]:
+    """Round `number`: one run after another in `order_of(number)`, each its fixed updates in a row, as it trains,
+    then, if `decode`, its greedy decoding and beam search. A run's updates follow its own, as in training, never
+    another run's update of the same shapes: kernels the run before had just built for them (oneDNN's primitives on
+    a CPU with native bf16, a cache capped at 32) flattered every run but the first (issue 76: copies of the
+    baseline at 1.14x to 1.67x)."""
+    seconds: list[float] = [0.0] * len(subjects)
+    greedy: list[float | None] = [None] * len(subjects)
+    beam: list[float | None] = [None] * len(subjects)
+    for k in order_of(number, len(subjects)):
+        subject = subjects[k]
+        seconds[k] = sum(subject.update(i) for i in range(len(subject.batches)))
+        if decode and subject.sources:
+            greedy[k] = subject.decode(1)
+            beam[k] = subject.decode(subject.run.spec.evaluation.beam_size)
     out = []
     for k, s in enumerate(subjects):
         src, tgt = s.tokens
@@ -248,27 +268,81 @@ def bench(experiment: Experiment, directory: Path, options: Options,
         s.flops_per_update = sum(flop_model.batch(lengths(s.data.train), b, s.trainer.width if s.trainer else None)
                                  for u in s.updates for b in u) / len(s.updates)  # fmt: skip
     deadline = clock + options.max_seconds  # from the start: set-up and warm-up count
-    rounds = 0
+    rounds, meter = 0, CoreShare()
     for number in range(options.max_rounds + 1):
-        for s, sample in zip(subjects, one_round(subjects, number <= options.decode_rounds), strict=True):
-            if number > 0:  # the first round builds each shape's kernels
-                s.samples.append(sample)
+        samples = one_round(subjects, number <= options.decode_rounds, number)
         rounds = number
-        if number == 0:
+        if number == 0:  # the first round builds each shape's kernels: not counted
+            meter.start()
             continue
-        widest = max((_half_width([x.tokens_per_s for x in s.samples], subjects[0]) for s in subjects[1:]),
-                     default=0.0)  # fmt: skip
-        say(f"  round {number}: widest interval of a ratio ±{widest:.1%}" if math.isfinite(widest) else
-            f"  round {number}")  # fmt: skip
+        for s, sample in zip(subjects, samples, strict=True):
+            s.samples.append(sample)
+        widest, name = _widest(subjects)
+        say(f"  round {number}{_width_words(widest, name)}")
         if number >= options.min_rounds and widest <= options.target:
             break
         if time.perf_counter() > deadline:
             say(f"  stopped at {options.max_seconds:.0f} s, the time allowed")
             break
-    record = _record(experiment, subjects, memory, rounds, options, device, began, time.perf_counter() - clock)
+    share = _core_share(meter, torch.get_num_threads() if device.type == "cpu" else 1) if rounds else None
+    record = _record(experiment, subjects, memory, rounds, options, device, began, time.perf_counter() - clock,
+                     share)  # fmt: skip
+    for line in _warnings(record):
+        say(f"  {line}")
     for s in subjects:
         s.free()
     return record, write_speed(directory, record)
+
+
+BUSY = 0.9  # a core share under this is said: other processes took a tenth of the bench's cores or more
+
+
+def _widest(subjects: Sequence[Subject]) -> tuple[float, str | None]:
+    """The widest interval of a ratio to the baseline (its half-width, relative) and its run; (0, None) for a
+    baseline alone."""
+    widths = [(_half_width([x.tokens_per_s for x in s.samples], subjects[0]), s.run.arm or s.run.name)
+              for s in subjects[1:]]  # fmt: skip
+    return max(widths, default=(0.0, None))
+
+
+def _width_words(widest: float, name: str | None) -> str:
+    """A round's line after `round N`: the widest interval, as far as the rounds so far can tell it."""
+    if name is None:
+        return ""
+    if not math.isfinite(widest):
+        return ": no interval yet (it takes two rounds)"
+    if widest >= 1:  # two rounds' t quantile is 12.7: a spread of a few percent reads as hundreds
+        return f": widest interval of a ratio wider than ±100% ({name}): too few rounds to tell"
+    return f": widest interval of a ratio ±{widest:.1%} ({name})"
+
+
+def _core_share(meter: CoreShare, threads: int) -> float | None:
+    """The share of the `threads` cores the bench computes on that other processes left it over the counted rounds:
+    CoreShare's share of every core this process may use, less what others ran on the cores the bench leaves free
+    (a bench of 1 thread on 2 cores does not count a neighbour on the other core)."""
+    share = meter.stop()
+    if share is None:
+        return None
+    cores = len(meter.cores)
+    used = max(1, min(threads, cores))
+    others = (1 - share) * cores - (cores - used)  # cores' worth of others' time beyond the free cores
+    return round(1 - max(0.0, others) / used, 3)
+
+
+def _warnings(record: SpeedRecord) -> list[str]:
+    """Lines for what the record's numbers cannot show: the target not reached, other processes on the cores."""
+    lines = []
+    widths = [(r.ratio.high / r.ratio.estimate - 1, r.run) for r in record.runs if r.ratio is not None]
+    if not record.reached and widths:
+        width, name = max(widths)
+        said = f"±{width:.1%}" if width < 1 else "wider than ±100%"
+        lines.append(f"target not reached: the widest interval of a ratio is {said} ({name}) after {record.rounds} "
+                     f"rounds, not ±{record.target:.0%}; more --max-minutes or --max-rounds narrow it")  # fmt: skip
+    if record.core_share is not None and record.core_share < BUSY:
+        lines.append(f"warning: other processes took {1 - record.core_share:.0%} of the bench's cores during its "
+                     f"rounds (core share {record.core_share:.2f}): its intervals widen, and a neighbour that comes "
+                     "and goes can tip a ratio; bench on a quiet machine")  # fmt: skip
+    return lines
 
 
 def _trained(directory: Path, run: Run) -> Path | None:
@@ -325,24 +399,24 @@ def _forked(work: Callable[[], float]) -> float | None:
     return float(message["value"])
 
 
-def _ratio(values: Sequence[float], base: Sequence[float]) -> Ratio | None:
-    """The geometric mean of round-paired ratios, with its 95% t interval over rounds."""
+def _ratio(values: Sequence[float], base: Sequence[float], level: float = 0.95) -> Ratio | None:
+    """The geometric mean of round-paired ratios, with its t interval over rounds (95% unless `level` says)."""
     logs = [math.log(v / b) for v, b in zip(values, base, strict=True) if v and b]
     if not logs:
         return None
     mean = statistics.fmean(logs)
-    half = _t_half(logs)
+    half = _t_half(logs, level)
     return Ratio(estimate=round(math.exp(mean), 4), low=round(math.exp(mean - half), 4),
                  high=round(math.exp(mean + half), 4), rounds=len(logs))  # fmt: skip
 
 
-def _t_half(logs: Sequence[float]) -> float:
-    """The 95% half-width of the mean of `logs`; infinite with fewer than two."""
+def _t_half(logs: Sequence[float], level: float = 0.95) -> float:
+    """The half-width of the `level` t interval of the mean of `logs`; infinite with fewer than two."""
     from ablate.report.significance import t_ppf
 
     if len(logs) < 2:
         return math.inf
-    return float(t_ppf(0.975, len(logs) - 1)) * statistics.stdev(logs) / math.sqrt(len(logs))
+    return float(t_ppf(0.5 + level / 2, len(logs) - 1)) * statistics.stdev(logs) / math.sqrt(len(logs))
 
 
 def _half_width(values: Sequence[float], base: Subject) -> float:
@@ -352,7 +426,8 @@ def _half_width(values: Sequence[float], base: Subject) -> float:
 
 
 def _record(experiment: Experiment, subjects: list[Subject], memory: dict[str, float | None], rounds: int,
-            options: Options, device: torch.device, began: datetime, seconds: float) -> SpeedRecord:  # fmt: skip
+            options: Options, device: torch.device, began: datetime, seconds: float,
+            share: float | None = None) -> SpeedRecord:  # fmt: skip
     peak = peak_flops(device, subjects[0].precision, options.threads) if subjects else None
     base = subjects[0]
     runs = []
@@ -391,7 +466,8 @@ def _record(experiment: Experiment, subjects: list[Subject], memory: dict[str, f
         experiment=experiment.name, machine=device_name(device), device_type=device.type,
         threads=torch.get_num_threads() if device.type == "cpu" else None, torch=torch.__version__,
         python=platform.python_version(), host=socket.gethostname(), started_at=began.isoformat(timespec="seconds"),
-        seconds=round(seconds, 1), rounds=rounds, target=options.target, reached=reached, decode_split=split,
+        seconds=round(seconds, 1), rounds=rounds, target=options.target, reached=reached, core_share=share,
+        decode_split=split,
         decode_sentences=len(first.slice_ids) if first else 0, decode_rounds=min(options.decode_rounds, rounds),
         weights=options.weights,
         peak_tflops=significant(peak / 1e12) if peak else None, runs=runs,
