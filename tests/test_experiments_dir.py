@@ -20,5 +20,5 @@ def test_experiment_validates(path):
     for run in experiment.runs:
         vocab = run.spec.tokenizer.vocab_size
         assert parameter_count(run.spec.model, vocab, vocab) > 0
-        if run.name != experiment.runs[0].name:
+        if run.name != experiment.runs[0].name and experiment.name != "bench-aa":  # bench_aa's copies are its point
             assert run.differences, f"{run.name} does not differ from the baseline"
