@@ -128,13 +128,14 @@ def build_parser() -> Parser:
                         help="an experiment's directory (results/pe) or a directory of them (results)")  # fmt: skip
     report.add_argument("--format", choices=FORMATS, default="terminal",
                         help="what is printed (or written to --output); default terminal")  # fmt: skip
-    report.add_argument("--output", type=Path, metavar="FILE",
+    report.add_argument("--output", type=Path, metavar="FILE|DIR",
                         help="write the table in --format to FILE (without --format: the format its suffix names, "
-                        ".md, .csv, .tex or .html)")  # fmt: skip
+                        ".md, .csv, .tex or .html); a directory: the whole report there (a view's, which is never "
+                        "written into report/)")  # fmt: skip
     report.add_argument("--sort", metavar="COLUMN", help="sort rows on a column (scores best first)")
     report.add_argument("--reverse", action="store_true", help="reverse the --sort order")
     report.add_argument("--columns", metavar="A,B,...",
-                        help="the terminal shows the main columns, 120 characters wide; `all`: every column; "
+                        help="the terminal shows the main columns that fit its width; `all`: every column; "
                         "A,B,...: only these (run always first), and any of the optional ones: grad norm init, "
                         "entropy end, max logit end, logits norm end, BLEU <length bucket>")  # fmt: skip
     report.add_argument("--significance", choices=["bs", "ar", "none"], default="bs",
@@ -149,7 +150,8 @@ def build_parser() -> Parser:
                         help="call a row equivalent when its interval lies inside ±BLEU (two one-sided tests), "
                         "instead of the margin the experiment declared (its design.json; docs/reports.md)")  # fmt: skip
     report.add_argument("--no-files", action="store_true",
-                        help="do not write <experiment>/report/ (tables, cards, plots, index.html)")  # fmt: skip
+                        help="do not write <experiment>/report/ (tables, cards, plots, index.html); a view (--margin, "
+                        "--at, --at-budget, --columns, --sort, --reverse, --significance) never does")  # fmt: skip
     report.set_defaults(handler=cmd_report)
 
     check = commands.add_parser(
@@ -483,41 +485,63 @@ def _seeds(value: str) -> list[int] | int:
     return items
 
 
+# The flags whose report is a view, besides --at and --significance away from their defaults
+VIEWS = ("margin", "at_budget", "columns", "sort", "reverse")
+
+
 def cmd_report(args: argparse.Namespace) -> int:
     from ablate.files import write_text
     from ablate.report import figures
-    from ablate.report.build import build, print_report, render_all, write_report
+    from ablate.report.build import build, render_all, write_report
     from ablate.report.results import find_experiments
+    from ablate.report.screen import print_report
+    from ablate.terminal import console as wide
+    from ablate.terminal import say
 
     columns = [c.strip() for c in args.columns.split(",")] if args.columns not in (None, "all") else None
-    fmt = args.format
-    if args.output is not None and fmt == "terminal":  # the file says which: table.tex is LaTeX
+    fmt, folder = args.format, None
+    if args.output is not None and fmt == "terminal":  # the file says which: table.tex is LaTeX; no suffix, a folder
         fmt = SUFFIXES.get(args.output.suffix.lower(), "")
-        if not fmt:
-            raise UserError(f"ablate report: --output {args.output}: give --format md, csv, latex or html, or a file "
-                            f"ending in {', '.join(SUFFIXES)}")  # fmt: skip
-    out = console()
+        if not fmt and (args.output.suffix and not args.output.is_dir()):
+            raise UserError(f"ablate report: --output {args.output}: give --format md, csv, latex or html, a file "
+                            f"ending in {', '.join(SUFFIXES)}, or a directory for the whole report")  # fmt: skip
+        folder, fmt = (args.output, "terminal") if not fmt else (None, fmt)
+    view = any(getattr(args, flag) not in (None, False) for flag in VIEWS) or args.at != "all" or (
+        args.significance != "bs")  # fmt: skip
+    experiments = find_experiments(args.results_dir)
+    if folder is not None and view:
+        for directory in experiments:
+            if folder.resolve() == (directory / "report").resolve():
+                raise UserError(f"ablate report: --output {folder}: a view is never written into the experiment's "
+                                "report/, which holds its declared report; give another directory")  # fmt: skip
+    out = wide()
     reports, written = [], []
-    for directory in find_experiments(args.results_dir):
+    for directory in experiments:
         report = build(directory, args.significance, args.at, columns, args.sort, args.reverse, args.at_budget,
-                       args.margin)  # fmt: skip
+                       args.margin, every_column=args.columns == "all")  # fmt: skip
         reports.append(report)
         if fmt == "terminal":
             print_report(out, report, compact=args.columns is None)
-        if not args.no_files:
-            written += write_report(report, compact=args.columns is None)
+        if folder is not None or not (view or args.no_files):
+            where = None if folder is None else folder / directory.name if len(experiments) > 1 else folder
+            written += write_report(report, compact=args.columns is None, folder=where)
             if not figures.available():
-                out.print("plots: not drawn, matplotlib (a dependency of ablate) is missing: pip install "
-                          "'matplotlib>=3.7'", highlight=False)  # fmt: skip
+                say(out, "plots: not drawn, matplotlib (a dependency of ablate) is missing: pip install "
+                    "'matplotlib>=3.7'")  # fmt: skip
     text = render_all(reports, fmt, compact=args.columns is None) if fmt != "terminal" else ""
-    if args.output is not None:
+    if args.output is not None and folder is None:
         write_text(args.output, text)
-        out.print(f"written: {args.output}", highlight=False)
+        say(out, f"written: {args.output}")
     elif text:
         sys.stdout.write(text)
-    if written:
-        folders = ", ".join(sorted({str(p.parent) for p in written}))
-        out.print(f"also written in {folders}: {', '.join(sorted({p.name for p in written}))}", highlight=False)
+    pages = [p for p in written if p.name == "index.html"]
+    if pages:
+        say(out, f"page: {', '.join(map(str, pages))}")
+    elif view and fmt == "terminal":
+        say(out, "A view: nothing written (report/ keeps the declared report; --output DIR writes this one).")
+    elif fmt == "terminal":
+        kept = [str(p) for d in experiments if (p := d / "report" / "index.html").is_file()]
+        say(out, f"page: {', '.join(kept)} (not rewritten: --no-files)" if kept else "page: none (--no-files)")
     return 0
 
 
@@ -530,7 +554,9 @@ def cmd_check(args: argparse.Namespace) -> int:
         from ablate.check.run import check_all, list_references
 
         if args.list:
-            return list_references(args.references, console())
+            from ablate.terminal import console as fitted
+
+            return list_references(args.references, fitted())
         return check_all(args.references, args.update, args.keep, console(), args.threads, args.noise,
                          args.from_results)  # fmt: skip
     finally:

@@ -54,3 +54,25 @@ def test_a_row_beyond_the_axis_is_an_arrow_with_its_value(tmp_path):
     forest_plot("e", frame(), 1.0, None, tmp_path, xlim=(-0.9, 2.5))
     svg = (tmp_path / "forest.svg").read_text()
     assert "−2.00 [−3.00, −1.00] worse" in svg  # a: left of −0.9
+
+
+def test_the_comparison_is_drawn_across_the_top_and_each_budget_point_a_small_panel_under_it(tmp_path):
+    """The page shows the forest plot at full width: the comparison above, its budget points in a row under it."""
+    import re
+
+    from ablate.report.budgets import Budgets
+
+    rows = frame()
+    at = pd.concat([rows.assign(budget=str(b)) for b in (100, 200)], ignore_index=True)
+    budgets = Budgets([100.0, 200.0], "steps", at, [], pd.DataFrame(), [], {}, {})
+    assert [title for title, _ in panels(rows, budgets)] == ["the comparison", "at 100 steps", "at 200 steps"]
+    forest_plot("e", rows, 1.0, budgets, tmp_path, view="view: margin ±3, not the declared ±1")
+    svg = (tmp_path / "forest.svg").read_text()
+    width, height = (float(v) for v in re.search(r'width="([\d.]+)pt" height="([\d.]+)pt"', svg).groups())
+    assert width > height  # across the page
+
+    def y(text: str) -> float:  # where a title is drawn (svg.fonttype none: text as text, at its x and y)
+        return float(re.search(rf' y="([\d.]+)"[^>]*>{re.escape(text)}<', svg).group(1))
+
+    assert y("the comparison") < y("at 100 steps") == y("at 200 steps")
+    assert "view: margin ±3, not the declared ±1" in svg

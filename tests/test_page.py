@@ -136,7 +136,8 @@ def test_optional_columns_are_shown_when_asked_for_with_the_values_of_the_files(
     assert text.returncode == 0, text.stderr
     rows = {r["run"]: r for r in csv.DictReader(io.StringIO(text.stdout))}
     assert list(rows["baseline"]) == ["experiment", "run", "BLEU", "entropy end", "BLEU 31+", "grad norm init",
-                                      "max logit end", "logits norm end"]  # fmt: skip
+                                      "max logit end", "logits norm end", "view"]  # fmt: skip
+    assert rows["baseline"]["view"].startswith("view: no significance test")  # a view says so, in a csv too
     expected = results_of(results)
     for run in RUNS:
         assert float(rows[run]["BLEU"]) == mean_bleu(expected[run])
@@ -177,7 +178,7 @@ def test_an_unknown_column_is_one_line_naming_the_optional_ones(results):
 def test_without_matplotlib_the_page_still_has_the_tables_and_cards(tmp_path):
     experiment = synthetic_results(tmp_path)
     code = ("import sys; sys.modules['matplotlib'] = None; from ablate.cli import main; "
-            f"sys.exit(main(['report', {str(experiment)!r}, '--significance', 'none']))")  # fmt: skip
+            f"sys.exit(main(['report', {str(experiment)!r}]))")  # fmt: skip
     run = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stderr
     assert "plots: not drawn, matplotlib (a dependency of ablate) is missing" in run.stdout
@@ -207,3 +208,38 @@ def test_an_empty_length_bucket_has_no_score_and_the_rest_keep_theirs(tmp_path):
     assert rows["baseline"]["BLEU 31+"] is None and rows["baseline"]["BLEU 1-10"] is not None
     report(experiment)  # exits 0
     assert "BLEU 31+" in (experiment / "report" / "length.md").read_text()
+
+
+def opening(text: str) -> list[str]:
+    """What a page shows first, in its order: the summary, the forest plot, the comparison, then collapsed sections."""
+    marks = {'id="summary"': "summary", '<figure id="forest">': "forest", 'id="comparison"': "comparison",
+             "<details": "details"}  # fmt: skip
+    found = sorted((text.find(mark), name) for mark, name in marks.items() if mark in text)
+    return [name for _, name in found]
+
+
+def test_the_page_opens_with_the_summary_then_the_table_with_a_short_legend_and_collapses_the_rest(results):
+    text = (results / "report" / "index.html").read_text(encoding="utf-8")
+    assert opening(text) == ["summary", "comparison", "details"]  # no interval here: no forest plot
+    legend = text[text.index('<ul class="legend">') : text.index("</ul>", text.index('<ul class="legend">'))]
+    assert 1 <= legend.count("<li>") <= 5
+    head = text[: text.index("<details")]
+    assert "<h2>Plots</h2>" not in head and '<figure id="curves">' not in head and "## baseline" not in head
+
+
+# Every committed page (results/<experiment>/report/index.html); table3's is written again once its seeds land
+PAGES = [pytest.param(name, marks=pytest.mark.xfail(reason="results/table3/report is regenerated after its seeds "
+                                                    "land", strict=False)) if name == "table3" else name
+         for name in sorted(p.parent.parent.name for p in (ROOT / "results").glob("*/report/index.html"))]  # fmt: skip
+
+
+@pytest.mark.parametrize("name", PAGES)
+def test_every_committed_page_shows_the_summary_the_forest_plot_and_the_verdicts_first(name):
+    """At 1,400×900 a reader sees these before scrolling (docs/reports.md); the HTML holds their order, and the
+    verdicts, the comparison's column, before anything collapsed."""
+    text = (ROOT / "results" / name / "report" / "index.html").read_text(encoding="utf-8")
+    page = Page(text)
+    forest = '<figure id="forest">' in text
+    assert opening(text) == ["summary", *(["forest"] if forest else []), "comparison", "details"], name
+    comparison = page.tables[0]
+    assert forest == ("verdict" in comparison[0]), name  # a row with an interval: its verdict in the table and plot

@@ -26,11 +26,11 @@ def test_every_file_of_a_report_has_the_umasks_permissions(tmp_path):
 
     shutil.copytree(ROOT / "results" / "width", tmp_path / "width")
     shutil.rmtree(tmp_path / "width" / "report")
-    run = cli("report", str(tmp_path / "width"), "--significance", "none")
+    run = cli("report", str(tmp_path / "width"), "--significance", "none", "--output", str(tmp_path / "view"))
     assert run.returncode == 0, run.stderr
     mask = os.umask(0)
     os.umask(mask)
-    modes = {p.name: stat.S_IMODE(p.stat().st_mode) for p in (tmp_path / "width" / "report").iterdir()}
+    modes = {p.name: stat.S_IMODE(p.stat().st_mode) for p in (tmp_path / "view").iterdir()}
     assert set(modes.values()) == {0o666 & ~mask}, modes
 
 

@@ -130,12 +130,12 @@ def _compare(ref: Reference, measured: Measured, seed: int, noise: bool, out) ->
 
 
 def list_references(names: list[str], out) -> int:
-    """`ablate check --list`: each reference, its status and mode, and what checking it cost where it was made."""
-    from rich.table import Table
+    """`ablate check --list`: each reference, its status and mode, and what checking it cost where it was made, at
+    most the console's width (the least needed columns left out, and named, before a cell would wrap)."""
+    from ablate.terminal import fit, say
 
-    table = Table(title="References (results/reference/)", title_justify="left")
-    for column in ("reference", "status", "mode", "source", "a check retrains", "measured on", "it took there"):
-        table.add_column(column)
+    columns = ["reference", "status", "mode", "source", "a check retrains", "measured on", "it took there"]
+    rows = []
     for path in find(names):
         ref = load(path)
         wall = ref.environment.get("wall_seconds")
@@ -143,10 +143,16 @@ def list_references(names: list[str], out) -> int:
         where = (ref.machine or {}).get("device", "-")
         threads = f", {ref.threads} thread{'s' if ref.threads != 1 else ''}" if ref.threads else ""
         retrains = f"seed {ref.expected.first}{threads}" if ref.expected is not None else "-"
-        table.add_row(path.stem, ref.status, ref.mode, ref.source, retrains, where, took)
+        rows.append([path.stem, ref.status, ref.mode, ref.source, retrains, where, took])
+    table, dropped = fit(columns, rows, out.width, priority=["reference", "status", "mode", "it took there",
+                                                             "a check retrains", "measured on", "source"],
+                         keep=2, wraps=["measured on", "source", "status"])  # fmt: skip
+    say(out, "References (results/reference/)")
     out.print(table)
-    out.print("A bare `ablate check` checks every measured reference; name some to check fewer. A check takes about "
-              "as long as its seed took where it was measured, longer on a slower CPU.", highlight=False)  # fmt: skip
+    if dropped:
+        say(out, f"Not shown at {out.width} columns: {', '.join(dropped)}.")
+    say(out, "A bare `ablate check` checks every measured reference; name some to check fewer. A check takes about "
+        "as long as its seed took where it was measured, longer on a slower CPU.")  # fmt: skip
     return 0
 
 

@@ -126,8 +126,9 @@ class Budgets:
 
 
 def budget_table(exp: ExperimentResults, declared: Declared | None = None) -> Budgets | None:
-    """Every run at every budget point, with a verdict on each interval (equivalent within the `declared` margin,
-    else better or worse after Holm over all of them, else undecided); None when no run has more than one point."""
+    """Every run at every budget point, with a verdict on each interval, each point judged as the comparison judges
+    its rows (equivalent within the `declared` margin, else better or worse after Holm over that point's rows, else
+    undecided); None when no run has more than one point."""
     margin = declared.design.margin if declared is not None else None
     points = budgets(exp)
     if unit(exp) is None or len(points) < 2:
@@ -161,7 +162,10 @@ def budget_table(exp: ExperimentResults, declared: Declared | None = None) -> Bu
             })  # fmt: skip
     order = list(exp.runs)
     rows.sort(key=lambda r: (order.index(r["run"]), float(r["budget"])))  # a run's points together, in order
-    verdicts_of = judge(intervals, margin, ALPHA)
+    alpha = declared.design.alpha if declared is not None else ALPHA
+    verdicts_of = {}  # each budget point one family, judged as the comparison judges its rows (its margin and α)
+    for b in points:
+        verdicts_of |= judge({k: i for k, i in intervals.items() if k[1] == b}, margin, alpha)
     for row in rows:
         key = next((k for k in intervals if k[0] == row["run"] and budget_name(k[1]) == row["budget"]), None)
         if key is not None:
@@ -172,18 +176,22 @@ def budget_table(exp: ExperimentResults, declared: Declared | None = None) -> Bu
     marked, n = sum(i.excludes_zero for i in intervals.values()), len(intervals)
     equivalent, judged, unmarked = (
         (f"equivalent where two one-sided tests reject |ΔBLEU| ≥ {margin:g} BLEU ({declared.margin_text()}), else ",
-         f"both kinds of test corrected together over all {n} (Holm's step-down with Shaffer's sharpening", "")
+         "both kinds of test corrected together over that point's rows (Holm's step-down with Shaffer's sharpening",
+         "")
         if margin is not None
-        else ("", f"Holm's correction over all {n} (one test a row",
+        else ("", "Holm's correction over that point's rows (one test a row",
               "; no margin was declared, so nothing is called equivalent")
     )  # fmt: skip
     notes = [
         f"Each run at each budget point against the baseline at the same budget; BLEU on {split}. ΔBLEU [lo, hi] "
         "is the comparison table's 95% interval (seeds and test sentences); * marks an interval that excludes 0.",
-        f"Many rows, many chances: {n} intervals, so about {ALPHA * n:.1f} would exclude 0 by chance alone if no "
-        f"run differed from the baseline; {marked} do. verdict: {equivalent}better or worse where the test of "
-        f"ΔBLEU = 0 rejects, else undecided, with {judged}; family-wise error {ALPHA:.0%}; p from the interval's t "
-        f"distribution){unmarked}.",
+        f"verdict: at each budget point as the comparison table judges its rows, and as `ablate report --at-budget "
+        f"B` shows them: {equivalent}better or worse where the test of ΔBLEU = 0 rejects, else undecided, with "
+        f"{judged}; family-wise error {alpha:.0%} at each point; p from the interval's t distribution){unmarked}. "
+        "So the same runs at the same point read the same here, in the comparison and in the forest plot's panels.",
+        f"Many rows, many chances: {n} intervals, so about {ALPHA * n:.1f} would exclude 0 by chance alone if no run "
+        f"differed from the baseline; {marked} do. Each point is a family of its own, so over all {len(points)} "
+        "points a false verdict somewhere is likelier than at one.",
     ]  # fmt: skip
     if "seeds for 80%" in frame.columns:
         notes.append(POWER_NOTE)

@@ -5,9 +5,11 @@ load       the run directories (ablate.report.results), or, with `at="best-lr"`,
 tables     the comparison (frame.py), every seed's scores (seeds.py), learning-rate sensitivity, BLEU by length,
            the paper's Table 3, the runs across budget points and their rank agreement (budgets.py), and budget
            points against runs trained to that budget alone
-print      on the terminal, or rendered as md, csv, latex or html
+print      on the terminal (ablate.report.screen), or rendered as md, csv, latex or html
 write      <experiment>/report/: the comparison, learning-rate and paper tables in every format; every seed, BLEU
-           by length, budgets, agreement and reproduced as md and csv; the run cards, the plots and index.html
+           by length, budgets, agreement and reproduced as md and csv; the run cards, the plots and index.html.
+           A view (another margin, a budget point, some columns, ...) is written only where `--output DIR` says,
+           never into report/, which holds the experiment's own report
 """
 
 from __future__ import annotations
@@ -32,10 +34,12 @@ from ablate.report.page import page
 from ablate.report.results import ExperimentResults, load_results
 from ablate.report.seeds import seeds_frame
 from ablate.report.sensitivity import at_best_lr, sensitivity_frame, swept
-from ablate.report.tables import FILES, main_table, print_table, render
+from ablate.report.summary import Summary, legend, summarise
+from ablate.report.tables import FILES, main_table, render
 from ablate.report.verdicts import Declared, declared
 
 Table = tuple[pd.DataFrame, list[str]]  # a frame and the notes printed under it
+NO_SUMMARY = Summary(None, "", "")
 
 
 @dataclass
@@ -54,13 +58,20 @@ class Report:
     seeds: Table | None = None  # every seed's scores on every test split, earlier decodings beside them
     comparison: pd.DataFrame | None = None  # the comparison with every column: what the forest plot draws
     declared: Declared | None = None  # the design its verdicts follow (the margin the forest plot shades)
+    summary: Summary = NO_SUMMARY  # the question and the verdicts in words: the first lines of the page and terminal
+    view: str = ""  # what a view changed (`view: margin ±3, not the declared ±1`); "" for the experiment's report
+
+    def titled(self, title: str) -> str:
+        """A table's title, with what a view changed: every table of a view says it is one."""
+        return f"{title}, {self.view}" if self.view else title
 
 
 def build(directory: Path, test: str = "bs", at: Literal["all", "best-lr"] = "all", columns: list[str] | None = None,
           sort: str | None = None, reverse: bool = False, budget: float | None = None,
-          margin: float | None = None) -> Report:  # fmt: skip
+          margin: float | None = None, every_column: bool = False) -> Report:  # fmt: skip
     """Reads one experiment's results and computes its tables; `budget`: every run as it stood at that point;
-    `margin`: judge equivalence within this margin instead of the declared one (design.json)."""
+    `margin`: judge equivalence within this margin instead of the declared one (design.json); `every_column`: the
+    table's every column (`--columns all`). Any of them but the defaults makes a view, which every title names."""
     declared_ = declared(directory, margin)
     source = exp = load_results(directory)
     if budget is not None:
@@ -77,36 +88,49 @@ def build(directory: Path, test: str = "bs", at: Literal["all", "best-lr"] = "al
     full, notes = report_frame(exp, test, declared_)
     optional = optional_frame(exp) if columns or sort else None  # it reads every diagnostics.jsonl
     frame = select(full, columns, sort, reverse, optional)
-    title = f"{exp.name} ({directory})" + (", each run at its best learning rate" if at == "best-lr" else "")
-    if budget is not None:
-        title += f", every run at budget point {budget:g}"
+    view = view_of(directory, margin, at, budget, ["every column"] if every_column else columns, sort, reverse, test)
+    title = f"{exp.name} ({directory})" + (f", {view}" if view else "")
     budgets = budget_table(source, declared_) if budget is None else None
     reproduced = reproduction(source, directory.resolve().parent) if budget is None else None
+    summary = summarise(exp, full, declared_.margin_text() if declared_ is not None else "")
     return Report(exp, source, title, frame, notes, lr, literature_frame(exp, full), budgets, reproduced,
-                  seeds_frame(exp), full, declared_)  # fmt: skip
+                  seeds_frame(exp), full, declared_, summary, view)  # fmt: skip
+
+
+TESTS = {"ar": "p by approximate randomisation", "none": "no significance test: no intervals, no verdicts"}
+
+
+def view_of(directory: Path, margin: float | None, at: str, budget: float | None, columns: list[str] | None,
+            sort: str | None, reverse: bool, test: str) -> str:  # fmt: skip
+    """`view: margin ±3, not the declared ±1; ...`: what the report's options changed from the experiment's own report
+    (its declared design, every run, every column); "" when they changed nothing."""
+    said = []
+    if margin is not None:
+        record = declared(directory)
+        was = record.design.margin if record is not None else None
+        declared_as = (
+            "none was declared" if was is None else "as declared" if was == margin else f"not the declared ±{was:g}"
+        )
+        said.append(f"margin ±{margin:g}, {declared_as}")
+    if at == "best-lr":
+        said.append("each run at its best learning rate")
+    if budget is not None:
+        said.append(f"every run at budget point {budget:g}")
+    if test in TESTS:
+        said.append(TESTS[test])
+    if columns:
+        said.append(columns[0] if columns == ["every column"] else f"columns {', '.join(columns)}")
+    if sort:
+        said.append(f"sorted by {sort}" + (", reversed" if reverse else ""))
+    elif reverse:
+        said.append("reversed")
+    return "view: " + "; ".join(said) if said else ""
 
 
 BUDGETS_TITLE, AGREEMENT_TITLE = "effect against compute", "rank agreement across budgets"
 REPRODUCED_TITLE = "budget points against runs trained to that budget alone"
-SEEDS_TITLE = "every seed on every test split"
-
-
-def print_report(console, report: Report, compact: bool = True) -> None:
-    """The comparison on the terminal (`compact`: its main columns), then whichever of the learning-rate, the
-    paper's, the budget, the rank-agreement and the reproduced tables the report has; every seed's scores after
-    the comparison where it has a single run (a reproduction: no row to compare), in the files always."""
-    print_table(console, report.title, report.frame, report.notes, compact)
-    if report.seeds is not None and len(report.exp.runs) == 1:
-        print_table(console, f"{report.exp.name}: {SEEDS_TITLE}", *report.seeds)
-    if report.lr is not None:
-        print_table(console, f"{report.exp.name}: learning-rate sensitivity", *report.lr)
-    if report.against is not None:
-        print_table(console, f"{report.exp.name}: {TITLE}", *report.against)
-    if report.budgets is not None:
-        print_table(console, f"{report.exp.name}: {BUDGETS_TITLE}", *budget_tables(report.budgets)[0])
-        print_table(console, f"{report.exp.name}: {AGREEMENT_TITLE}", *budget_tables(report.budgets)[1])
-    if report.reproduced is not None:
-        print_table(console, f"{report.exp.name}: {REPRODUCED_TITLE}", *report.reproduced)
+SEEDS_TITLE, LENGTH_TITLE = "every seed on every test split", "BLEU by source length"
+LR_TITLE = "learning-rate sensitivity (Wortsman et al. 2023)"
 
 
 def budget_tables(budgets: Budgets) -> tuple[Table, Table]:
@@ -124,53 +148,43 @@ def render_all(reports: list[Report], fmt: str, compact: bool = True) -> str:
     if fmt != "csv":
         tables = [(main_table(r.frame, r.notes) if compact else (r.frame, r.notes), r.title) for r in reports]
         return "".join(render(fmt, main, title, notes) for (main, notes), title in tables)
-    chunks = [render("csv", r.frame.assign(experiment=r.exp.name)[["experiment", *r.frame.columns]], r.title, [])
-              for r in reports]  # fmt: skip
+    frames = [(r.frame.assign(view=r.view) if r.view else r.frame).assign(experiment=r.exp.name) for r in reports]
+    chunks = [render("csv", f[["experiment", *f.columns.drop("experiment")]], "", []) for f in frames]
     return "".join(chunks[:1] + ["".join(c.splitlines(keepends=True)[1:]) for c in chunks[1:]])  # the header once
 
 
-def write_report(report: Report, compact: bool = True) -> list[Path]:
-    """<experiment>/report/: the tables (see the module's docstring for which in which formats), the run cards,
-    the plots and, last, index.html. `compact`: md, LaTeX, html and the page show the main columns with a legend
-    (else the columns asked for); csv every column."""
+def write_report(report: Report, compact: bool = True, folder: Path | None = None) -> list[Path]:
+    """The report's files in `folder` (default <experiment>/report/): the tables (see the module's docstring for which
+    in which formats), the run cards, the plots and, last, index.html. `compact`: md, LaTeX, html and the page show
+    the main columns with a legend (else the columns asked for); csv every column. A view's tables and figures say
+    so in their titles, and its csvs in a `view` column."""
     exp, frame, notes = report.source, report.frame, report.notes
-    folder = exp.directory / "report"
+    folder = folder or exp.directory / "report"
+    folder.mkdir(parents=True, exist_ok=True)
     main, main_notes = main_table(frame, notes) if compact else (frame, notes)
-    files = {name: render(fmt, frame if fmt == "csv" else main, report.title, notes if fmt == "csv" else main_notes)
-             for fmt, name in FILES.items()} | {"cards.md": cards(exp)}  # fmt: skip
-    tables = [("Comparison", main, main_notes)]  # what the page shows: a heading, a table, its notes
-    if report.seeds is not None:  # seeds.md and seeds.csv
-        files |= {f"seeds.{fmt}": render(fmt, report.seeds[0], f"{exp.name}: {SEEDS_TITLE}", report.seeds[1])
-                  for fmt in ("md", "csv")}  # fmt: skip
-        tables.append((SEEDS_TITLE[0].upper() + SEEDS_TITLE[1:], *report.seeds))
-    if report.lr is not None:  # the learning-rate table beside the main one: lr.md, lr.csv, ...
-        lr_frame, lr_notes = report.lr
-        files |= {f"lr.{name.split('.')[1]}": render(fmt, lr_frame, f"{exp.name}: learning-rate sensitivity",
-                                                     lr_notes) for fmt, name in FILES.items()}  # fmt: skip
-        tables.append(("Learning-rate sensitivity", lr_frame, lr_notes))
-    lengths = length_frame(exp)
-    if lengths is not None:  # length.md and length.csv
-        length_table, length_notes = lengths
-        files |= {f"length.{fmt}": render(fmt, length_table, f"{exp.name}: BLEU by source length", length_notes)
-                  for fmt in ("md", "csv")}  # fmt: skip
-        tables.append(("BLEU by source length", length_table, length_notes))
-    if report.against is not None:  # paper.md, paper.csv, ...: each row beside the paper's Table 3
-        paper_table, paper_notes = report.against
-        files |= {f"paper.{name.split('.')[1]}": render(fmt, paper_table, f"{exp.name}: {TITLE}", paper_notes)
-                  for fmt, name in FILES.items()}  # fmt: skip
-        tables.append((TITLE[0].upper() + TITLE[1:], paper_table, paper_notes))
-    if report.budgets is not None:  # budgets.md and .csv; the rank agreement, agreement.md and .csv
-        (budget_frame, budget_notes), agreement = budget_tables(report.budgets)
-        files |= {f"budgets.{fmt}": render(fmt, budget_frame, f"{exp.name}: {BUDGETS_TITLE}", budget_notes)
-                  for fmt in ("md", "csv")}  # fmt: skip
-        files |= {f"agreement.{fmt}": render(fmt, agreement[0], f"{exp.name}: {AGREEMENT_TITLE}", agreement[1])
-                  for fmt in ("md", "csv")}  # fmt: skip
-        tables += [(BUDGETS_TITLE[0].upper() + BUDGETS_TITLE[1:], budget_frame, budget_notes),
-                   (AGREEMENT_TITLE[0].upper() + AGREEMENT_TITLE[1:], *agreement)]  # fmt: skip
-    if report.reproduced is not None:  # reproduced.md, reproduced.csv
-        files |= {f"reproduced.{fmt}": render(fmt, *report.reproduced[:1], f"{exp.name}: {REPRODUCED_TITLE}",
-                                              report.reproduced[1]) for fmt in ("md", "csv")}  # fmt: skip
-        tables.append((REPRODUCED_TITLE[0].upper() + REPRODUCED_TITLE[1:], *report.reproduced))
+    files: dict[str, str] = {}
+
+    def add(stem: str, formats: tuple[str, ...], table: pd.DataFrame, title: str, table_notes: list[str]) -> None:
+        for fmt in formats:
+            shown = table.assign(view=report.view) if fmt == "csv" and report.view else table
+            files[f"{stem}.{FILES[fmt].split('.')[1]}"] = render(fmt, shown, report.titled(title), table_notes)
+
+    add("table", ("md", "latex", "html"), main, report.title.removesuffix(f", {report.view}"), main_notes)
+    add("table", ("csv",), frame, "", [])
+    files["cards.md"] = cards(exp)
+    tables = []  # what the page shows under the comparison, collapsed: a heading, a table, its notes
+    every = tuple(FILES)
+    for stem, formats, found, title in (
+        ("seeds", ("md", "csv"), report.seeds, SEEDS_TITLE), ("lr", every, report.lr, LR_TITLE),
+        ("length", ("md", "csv"), length_frame(exp), LENGTH_TITLE), ("paper", every, report.against, TITLE),
+        *((("budgets", ("md", "csv"), budget_tables(report.budgets)[0], BUDGETS_TITLE),
+           ("agreement", ("md", "csv"), budget_tables(report.budgets)[1], AGREEMENT_TITLE))
+          if report.budgets is not None else ()),
+        ("reproduced", ("md", "csv"), report.reproduced, REPRODUCED_TITLE),
+    ):  # fmt: skip
+        if found is not None:
+            add(stem, formats, found[0], f"{exp.name}: {title}", found[1])
+            tables.append((report.titled(title[0].upper() + title[1:]), *found))
     for name, content in files.items():
         write_text(folder / name, content)
     written = [folder / name for name in files]
@@ -178,9 +192,12 @@ def write_report(report: Report, compact: bool = True) -> list[Path]:
         declared_ = report.declared
         margin = declared_.design.margin if declared_ is not None else None
         written += forest_plot(exp.name, report.comparison, margin, report.budgets, folder,
-                               declared_.margin_text() if declared_ is not None else "")  # fmt: skip
+                               declared_.margin_text() if declared_ is not None else "", view=report.view)  # fmt: skip
         written += plots.write_plots(exp, folder, report.budgets)
     svgs = [p for p in written if p.suffix == ".svg"]
     absent = "nothing to plot" if figures.available() else "matplotlib is not installed"
-    write_text(folder / "index.html", page(report.title, tables, files["cards.md"], svgs, absent))
+    comparison = (report.titled("Comparison"), main, main_notes[1:] if compact else main_notes)
+    text = page(report.title, report.summary, comparison, legend(main, report.declared), tables, files["cards.md"],
+                svgs, absent, report.view)  # fmt: skip
+    write_text(folder / "index.html", text)
     return [*written, folder / "index.html"]

@@ -155,63 +155,54 @@ def render(fmt: str, frame: pd.DataFrame, title: str, notes: list[str]) -> str:
     return to_csv(frame)
 
 
-# What the terminal shows unless asked for more (`ablate report --columns all`): what a reader needs first, in
-# at most TERMINAL_WIDTH characters; the files (md, csv, latex, html) keep every column.
+# What the terminal shows unless asked for more (`ablate report --columns all`): what a reader needs first; the files
+# (md, csv, latex, html) keep every column. At the console's width, columns go from the end of PRIORITY first.
 TERMINAL = ["run", "differs", "BLEU", "BLEU std", "n", "ΔBLEU", "ΔBLEU lo", "ΔBLEU hi", "verdict", "valid loss",
             "train tok/s", "peak MiB", "status"]  # fmt: skip
-TERMINAL_WIDTH = 120
-FREE_TEXT = ("differs", "verdict", "note")  # wrap at their spaces before a number or an interval does
+# Every table's columns, the most needed first: a table that does not fit the width loses those it lists last (and
+# before them any it does not list, rightmost first), never its first column.
+PRIORITY = ["run", "ΔBLEU", "verdict", "between", "budget", "agrees", "we find", "paper says", "τ of single seeds",
+            "τ of means", "best lr", "sensitivity", "split", "score", "mean", "seed", "trained alone as", "BLEU",
+            "BLEU alone", "differs", "n", "runs", "decided at", "seeds for 80%", "row", "ΔPPL", "paper ΔBLEU",
+            "paper ΔPPL", "valid loss", "train tok/s", "peak MiB", "status", "change"]  # fmt: skip
+FREE_TEXT = ("differs", "verdict", "note", "change", "paper", "decoding", "trained alone as")  # wrap at spaces
 
 
-def column_widths(columns: Sequence[str], rows: Sequence[Sequence[str]], free: Sequence[bool], room: int
-                  ) -> list[int] | None:  # fmt: skip
-    """Each column's width in `room` characters (padding left out): every column no narrower than its longest word,
-    so that no word is cut; then the numbers on one line, the narrowest first; then the free text (`free`, which
-    wraps at its spaces) as wide as its longest line; what is left, nowhere. None when the longest words alone do
-    not fit: then rich folds words."""
-    cells = [[column, *(row[i] for row in rows)] for i, column in enumerate(columns)]
-    words = [max(len(word) for text in texts for word in text.split() or [""]) for texts in cells]
-    lines = [max(len(text) for text in texts) for texts in cells]
-    widths = list(words)
-    left = room - sum(widths)
-    if left < 0:
-        return None
-    fixed = sorted((lines[i] - widths[i], i) for i in range(len(columns)) if not free[i])
-    for need, i in [*fixed, *((lines[i] - widths[i], i) for i in range(len(columns)) if free[i])]:
-        grow = min(need, left)
-        widths[i] += grow
-        left -= grow
-    return widths
-
-
-def print_table(console, title: str, frame: pd.DataFrame, notes: list[str], compact: bool = False) -> None:
-    """The table on a terminal (rich), its notes under it; brackets such as `[lo, hi]` are text, not markup.
-
-    `compact`: TERMINAL's columns alone, wrapped to fit TERMINAL_WIDTH characters, and a note of what is left out.
-    """
-    from rich import box
-    from rich.markup import escape
-    from rich.table import Table
+def terminal_table(frame: pd.DataFrame, width: int, compact: bool = False) -> tuple[Any, list[str], list[str]]:
+    """The table as rich prints it, at most `width` wide (ablate.terminal.fit: every cell on one line, the least
+    needed columns left out until the rest fit); the columns it left out to fit, and those `compact` hides (TERMINAL's
+    alone; status where every run completed)."""
+    from ablate.terminal import fit
 
     hidden = [c for c in frame.columns if c not in TERMINAL and FOLDED.get(c) not in TERMINAL] if compact else []
     if compact and "status" in frame.columns and set(frame["status"]) == {"completed"}:
-        hidden.append("status")  # room for the rest in TERMINAL_WIDTH; the note says every run completed
+        hidden.append("status")
     columns, rows = display(frame, hidden)
-    table = Table(title=escape(title), title_justify="left", box=box.SIMPLE_HEAD if compact else box.HEAVY_HEAD)
-    for column in columns:
-        table.add_column(escape(column), justify="left" if column in TEXT_COLUMNS else "right", overflow="fold")
-    width = min(console.width, TERMINAL_WIDTH) if compact else console.width
-    padding = table._extra_width + sum(table.padding[1] + table.padding[3] for _ in columns)  # edges, rules, pads
-    widths = column_widths(columns, rows, [c in FREE_TEXT for c in columns], width - padding)
-    for column, column_width in zip(table.columns, widths or [], strict=False):
-        column.width = column_width  # else rich's own layout, which folds words where the longest do not fit
-    for row in rows:
-        table.add_row(*map(escape, row))
-    console.print(table, width=min(console.width, TERMINAL_WIDTH) if compact else None)
+    keep = sum(c in ("run", "ΔBLEU", "verdict") for c in columns) or 1
+    table, dropped = fit(columns, rows, width, right=[c for c in columns if c not in TEXT_COLUMNS],
+                         priority=PRIORITY, keep=keep, wraps=FREE_TEXT)  # fmt: skip
+    return table, dropped, hidden
+
+
+def print_table(console, title: str, frame: pd.DataFrame, notes: list[str], compact: bool = False) -> None:
+    """The table on a terminal, at most the console's width (terminal_table), its title and notes wrapped whole
+    (ablate.terminal.say), and a line naming the columns it left out. `compact`: TERMINAL's columns alone."""
+    from ablate.terminal import say
+
+    table, dropped, hidden = terminal_table(frame, console.width, compact)
+    if title:
+        say(console, title)
+    console.print(table)
     for note in notes:
-        console.print(f"  {escape(note)}", highlight=False)
-    if hidden:
-        shown = [c for c in hidden if c != "status"]
-        done = " Every run completed." if "status" in hidden else ""
-        console.print(f"  Not shown here: {', '.join(shown)} (--columns all shows every column; the csv keeps "
-                      f"them).{done}", highlight=False)  # fmt: skip
+        say(console, note, "  ")
+    line = left_out(dropped, hidden, console.width)
+    if line:
+        say(console, line, "  ")
+
+
+def left_out(dropped: list[str], hidden: list[str], width: int) -> str:
+    """The line that names the columns a table left out to fit `width`, and says where the others are."""
+    text = f"Not shown at {width} columns: {', '.join(dropped)}." if dropped else ""
+    if [c for c in hidden if c != "status"]:
+        text += " Every other column is in the csv (--columns all asks for them here)."
+    return (text + (" Every run completed." if "status" in hidden else "")).strip()
