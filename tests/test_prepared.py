@@ -260,7 +260,8 @@ def test_each_rank_reads_only_its_share_of_each_batch_from_the_map():
     import torch
 
     from ablate.model.transformer import build_model
-    from ablate.train.trainer import Pending, Trainer
+    from ablate.train.steps import Pending
+    from ablate.train.trainer import Trainer
 
     spec = ablate.load_experiment(ROOT / "experiments/smoke.yaml").baseline.spec
     data = load_dataset(spec.data, spec.tokenizer)

@@ -168,7 +168,7 @@ def test_deferred_loss_reads_train_log_and_stop_as_reading_every_step(device, mo
     """training.sync_every: losses kept on the device and read together every N steps give the same updates, the same
     log (each step's loss at its step), every validation and checkpoint after the steps before it are logged, and
     the same step of divergence; `auto` reads every step on a CPU."""
-    from ablate.train.trainer import Pending
+    from ablate.train.steps import Pending
 
     reads, read = [], Pending.read
     monkeypatch.setattr(Pending, "read", lambda self, *a: (len(self) and reads.append(len(self))) or read(self, *a))

@@ -33,7 +33,8 @@ from ablate.rundir import (
 )
 from ablate.train import checkpoints, distributed
 from ablate.train.spec import TrainingSpec
-from ablate.train.trainer import Outcome, Progress, Trainer
+from ablate.train.steps import Outcome, Progress
+from ablate.train.trainer import Trainer
 
 Evaluate = Callable[[Path, Path, int], tuple[Evaluation, Validation]]
 """(weights directory, output directory, step) -> the point's scores and validation, on rank 0: averaged, validated,

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from ablate.rundir import DIAGNOSTICS, append_metrics
-from ablate.train.trainer import Progress
+from ablate.train.steps import Progress
 
 
 class Log:

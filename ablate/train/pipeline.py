@@ -42,11 +42,12 @@ from ablate.train import checkpoints, distributed
 from ablate.train.bf16 import bf16_matmuls
 from ablate.train.budgets import BudgetPoints
 from ablate.train.device import CoreShare, Placement, device_name
-from ablate.train.evaluation import decode, perplexity, score_tests, validate
+from ablate.train.evaluation import decode, keep_statistics, perplexity, score_tests, validate
 from ablate.train.flops import FlopModel, cost
 from ablate.train.job import Job
 from ablate.train.log import Log
-from ablate.train.trainer import Outcome, Progress, Trainer, autocast, validation_loss
+from ablate.train.steps import Outcome, Progress
+from ablate.train.trainer import Trainer, autocast, validation_loss
 
 
 @dataclass
@@ -292,6 +293,7 @@ class Pipeline:
         translations = decode(self.model, self.data, self.spec.evaluation, self.at.device, self.amp, out_dir,
                               self.log)  # fmt: skip
         evaluation = score_tests(self.data, translations, self.spec.evaluation)
+        keep_statistics(self.data, translations, self.spec.evaluation, out_dir)
         evaluation.valid_loss, evaluation.valid_ppl = validation.valid_loss, validation.valid_ppl
         if averaged is not None:
             evaluation.averaged_steps = averaged
