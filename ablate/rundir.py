@@ -10,7 +10,8 @@ results/<experiment>/runs/<run>/seed-<n>/
     diagnostics.jsonl one JSON object a measurement: gradient norms, attention entropy and logits, norms
                       (ablate.model.diagnostics measures them; read with `read_diagnostics`)
     result.json       everything measured, written last (read with `read_result`)
-    hypotheses/       <split>.txt, one detokenised translation a line
+    hypotheses/       <split>.txt, one detokenised translation a line; <split>.bleu.json, each line's BLEU
+                      statistics against the references (ablate.bleu_statistics), so that a report needs no corpus
     checkpoints/      last-<step>.pt and last.json (its step, config hash and file), step-<n>.pt (see
                       ablate.train.checkpoints)
     budgets/<b>/      a budget point before the run's end (evaluation.budgets; ablate.train.budgets):
@@ -56,6 +57,7 @@ R = TypeVar("R", bound=BaseModel)
 JOB, CONFIG, METRICS, RESULT = "job.json", "config.yaml", "metrics.jsonl", "result.json"
 DIAGNOSTICS = "diagnostics.jsonl"
 HYPOTHESES, CHECKPOINTS, LOG, LOCK = "hypotheses", "checkpoints", "worker.log", ".lock"
+BLEU_STATISTICS = "bleu.json"  # hypotheses/<split>.bleu.json, beside hypotheses/<split>.txt
 SLURM_JOB = "slurm.json"
 DESIGN = "design.json"  # beside runs/, one an experiment
 SPEED = {"cpu": "speed.json", "cuda": "speed.cuda.json"}  # beside runs/: `ablate bench`, one a kind of device
@@ -420,6 +422,12 @@ def read_hypotheses(directory: Path, split: str, budget: float | None = None) ->
     """A split's translations at the run's end, or at one of its budget points."""
     path = hypotheses_path(directory if budget is None else budget_dir(directory, budget), split)
     return path.read_text(encoding="utf-8").splitlines() if path.is_file() else None
+
+
+def statistics_path(directory: Path, split: str) -> Path:
+    """The BLEU statistics of a split's hypotheses (ablate.bleu_statistics reads and writes them), beside them:
+    copied, set aside and removed with them."""
+    return directory / HYPOTHESES / f"{split}.{BLEU_STATISTICS}"
 
 
 def budget_name(budget: float) -> str:

@@ -46,9 +46,10 @@ def compare(exp: ExperimentResults, split: str, test: str, p_values: bool = True
     """Each run's length ratio, and its ΔBLEU interval and p-value against its reference (none with test "none";
     no p-value without `p_values`).
 
-    All of them need the test references; when they cannot be read, a note says so.
+    All of them are built from each sentence's BLEU statistics, kept beside the hypotheses or counted from the test
+    references (results.SentenceStatistics); for a job that has neither, a note names it.
     """
-    from ablate.report.significance import delta_interval, length_ratio, paired_test
+    from ablate.report.significance import delta_interval, length_ratio
 
     out = Comparison()
 
@@ -58,21 +59,22 @@ def compare(exp: ExperimentResults, split: str, test: str, p_values: bool = True
     first = next((j for jobs in exp.runs.values() for j in scored(jobs)), None)
     if first is None:
         return out
+    sentences = SentenceStatistics(first.config, split)
     try:
-        sentences = SentenceStatistics(first.config, split)
+        sentences.of([j for jobs in exp.runs.values() for j in scored(jobs)])  # kept beside the hypotheses, or counted
     except UserError as error:
-        out.notes.append(f"{'len ratio' if test == 'none' else 'len ratio, ΔBLEU intervals and p'} not computed, "
-                         f"the test references are not readable: {error.lines[0].split(': ')[0]}: missing (point "
-                         "ABLATE_DATA_DIR at the corpora, or run: ablate data download multi30k)")  # fmt: skip
+        out.notes.append(f"{'len ratio' if test == 'none' else 'len ratio, ΔBLEU intervals, p and verdicts'} not "
+                         f"computed: {error.lines[0]} (point ABLATE_DATA_DIR at the corpora, or run: ablate data "
+                         "download multi30k)")  # fmt: skip
         return out
-    refs, lowercase, score, stats = sentences.references, sentences.lowercase, sentences.score, sentences.of
+    score, stats = sentences.score, sentences.of
 
     for run, jobs in exp.runs.items():
         if done := scored(jobs):
             out.length_ratio[run] = round(float(length_ratio(stats(done)).mean()), 3)
     if test == "none":
         return out
-    tests: dict[tuple, tuple[list[str], dict[str, list[str]]]] = {}  # (reference, seeds) -> its hypotheses, runs'
+    tests: dict[tuple, tuple[list[JobRecord], dict[str, list[JobRecord]]]] = {}  # (reference, seeds) -> its, runs'
     for run, jobs in exp.runs.items():
         reference = exp.reference(run)
         done, base = scored(jobs), scored(exp.runs.get(reference, []))
@@ -83,11 +85,27 @@ def compare(exp: ExperimentResults, split: str, test: str, p_values: bool = True
         paired = [j for j in done if j.result.seed in by_seed]
         if paired:
             key = (reference, *(j.result.seed for j in paired))
-            group = tests.setdefault(key, ([h for j in paired for h in by_seed[j.result.seed].hypotheses(split)], {}))
-            group[1][run] = [h for j in paired for h in j.hypotheses(split)]
-    for key, (base_lines, systems) in tests.items() if p_values else ():  # one per reference and set of seeds
-        out.p |= paired_test(base_lines, systems, refs * (len(key) - 1), lowercase, test)
+            tests.setdefault(key, ([by_seed[j.result.seed] for j in paired], {}))[1][run] = paired
+    for base, systems in tests.values() if p_values else ():  # one per reference and set of seeds
+        out.p |= _paired(base, systems, split, stats, test)
     return out
+
+
+def _paired(base: list[JobRecord], systems: dict[str, list[JobRecord]], split: str, stats: Any, test: str
+            ) -> dict[str, float]:  # fmt: skip
+    """Each run's p against its reference (significance.paired_p), seed k against seed k, the seeds' sentences one
+    after another; 1 where its hypotheses are the reference's."""
+    from ablate.report.significance import paired_p
+
+    def sentences(jobs: list[JobRecord]) -> Any:
+        counted = stats(jobs)  # (seeds, N, K)
+        return counted.reshape(-1, counted.shape[-1])
+
+    def lines(jobs: list[JobRecord]) -> list[str]:
+        return [h for j in jobs for h in j.hypotheses(split)]
+
+    p = paired_p(sentences(base), {run: sentences(jobs) for run, jobs in systems.items()}, test)
+    return {run: 1.0 if lines(systems[run]) == lines(base) else value for run, value in p.items()}
 
 
 def mean_of(values: list[float], digits: int = 2) -> float | None:

@@ -137,23 +137,27 @@ def load_results(directory: Path) -> ExperimentResults:
 
 
 class SentenceStatistics:
-    """Each job's per-sentence BLEU statistics on one test split (significance.bleu_statistics), computed once.
+    """Each job's per-sentence BLEU statistics on one test split, read once: those kept beside its hypotheses
+    (hypotheses/<split>.bleu.json, ablate.bleu_statistics), or, where it has none of those hypotheses, counted from
+    the test references (significance.bleu_statistics).
 
-    The test set's references, and the statistics of each distinct set of hypotheses, are kept for the whole
-    process: a report compares the same runs again at each budget point and each look of a sequential design.
-    Raises UserError when the split's references cannot be read (the corpus is not where the config says)."""
+    The references are read only where they are on disk: a report fetches nothing and makes no folder. They and
+    the statistics of each distinct set of hypotheses are kept for the whole process: a report compares the same
+    runs again at each budget point and each look of a sequential design. `of` raises UserError, naming the run,
+    for a job whose statistics are not kept and whose references cannot be read."""
 
     def __init__(self, config: dict[str, Any], split: str):
         from ablate.report.significance import corpus_bleu
 
         self.split, self.lowercase = split, bool(config.get("evaluation", {}).get("lowercase", False))
-        self.references, self._against, self._seen = _test_set(config, split, self.lowercase)
-        import sacrebleu
-
-        joined = "\n".join(self.references)
-        self._key = f"{hashlib.sha256(joined.encode()).hexdigest()} lowercase={self.lowercase} {sacrebleu.__version__}"
         self.score = corpus_bleu
         self._of: dict[Path, Any] = {}
+        self._references: tuple[str, str] | None = None  # their sha256 and whose: the test set's, or the first kept
+        try:
+            self._against, self._seen = _test_set(config, split, self.lowercase)
+            self._references = (self._against.sha256, "the test set's")
+        except UserError as error:
+            self._against, self._seen, self._unreadable = None, {}, error.lines[0]
 
     def of(self, jobs: list[JobRecord]):
         """The jobs' statistics stacked (seeds, sentences, K); each job must have the split's hypotheses."""
@@ -161,12 +165,33 @@ class SentenceStatistics:
 
         for j in jobs:
             if j.directory not in self._of:
-                lines = j.hypotheses(self.split)
-                digest = hashlib.sha256("\n".join(lines).encode()).hexdigest()
-                if digest not in self._seen:
-                    self._seen[digest] = cached_statistics(self._key, digest, lambda lines=lines: self._against(lines))
-                self._of[j.directory] = self._seen[digest]
+                self._of[j.directory] = self._statistics(j)
         return np.stack([self._of[j.directory] for j in jobs])
+
+    def _statistics(self, job: JobRecord) -> Any:
+        import numpy as np
+
+        from ablate.bleu_statistics import kept, sha256
+
+        lines = job.hypotheses(self.split)
+        record, why = kept(job.directory, self.split, self.lowercase)
+        if record is not None and len(record.rows) != len(lines):
+            record, why = None, f"its BLEU statistics have {len(record.rows)} rows for {len(lines)} hypotheses"
+        if record is not None and self._references is not None and record.references_sha256 != self._references[0]:
+            record, why = None, (f"its BLEU statistics are against other references (sha256 "
+                                 f"{record.references_sha256[:12]}) than {self._references[1]}")  # fmt: skip
+        if record is not None:
+            self._references = self._references or (record.references_sha256, f"{job.directory}'s")
+            return np.array(record.rows, dtype=np.float64)
+        if self._against is None:
+            raise UserError(f"{job.directory}: {why}, and the test references are not readable: {self._unreadable}")
+        import sacrebleu
+
+        digest, against = sha256("\n".join(lines)), self._against
+        if digest not in self._seen:
+            key = f"{against.sha256} lowercase={self.lowercase} {sacrebleu.__version__}"
+            self._seen[digest] = cached_statistics(key, digest, lambda: against.count(lines))
+        return self._seen[digest]
 
 
 def cached_statistics(references: str, hypotheses: str, compute: Callable[[], Any]) -> Any:
@@ -191,29 +216,33 @@ def cached_statistics(references: str, hypotheses: str, compute: Callable[[], An
     return stats
 
 
-_TEST_SETS: dict[str, tuple[list[str], Any, dict[str, Any]]] = {}  # see _test_set
+_TEST_SETS: dict[str, tuple[Any, dict[str, Any]]] = {}  # see _test_set
 
 
-def _test_set(config: dict[str, Any], split: str, lowercase: bool) -> tuple[list[str], Any, dict[str, Any]]:
-    """The split's references, significance.bleu_statistics_against them, and the statistics computed so far by
-    hypotheses' sha256: one entry per test set the runs read (corpus, its folder, languages, max_pairs)."""
+def _test_set(config: dict[str, Any], split: str, lowercase: bool) -> tuple[Any, dict[str, Any]]:
+    """The split's references (ablate.bleu_statistics.References: their n-grams counted once), and the statistics
+    counted so far against them by hypotheses' sha256: one entry per test set the runs read (corpus, its folder,
+    languages, max_pairs). Raises UserError where the references are not on disk."""
+    from ablate.bleu_statistics import References
     from ablate.data.corpus import data_dir
-    from ablate.report.significance import bleu_statistics_against
 
     data = config["data"]
     key = json.dumps([data["corpus"], str(data_dir(data.get("data_dir"))), data["source"], data["target"],
                       data.get("max_pairs"), split, lowercase], sort_keys=True, default=str)  # fmt: skip
     if key not in _TEST_SETS:
-        refs = references(config, split)
-        _TEST_SETS[key] = (refs, bleu_statistics_against(refs, lowercase), {})
+        _TEST_SETS[key] = (References(references(config, split), lowercase), {})
     return _TEST_SETS[key]
 
 
 def references(config: dict[str, Any], split: str) -> list[str]:
-    """The test split's reference translations, read from the corpus as the run read them."""
+    """The test split's reference translations, read from the corpus as the run read them. Raises UserError where
+    they are not on disk: nothing is downloaded, and no folder made."""
     from ablate.data.corpus import CORPUS, data_dir
 
     data = config["data"]
     corpus = CORPUS.build(CORPUS.parse(data["corpus"]), root=data_dir(data.get("data_dir")))
+    missing = [language for language in (data["source"], data["target"]) if not corpus.present(split, language)]
+    if missing:
+        raise UserError(f"{corpus.root}: missing ({split}, {' and '.join(missing)} of corpus '{corpus.name}')")
     pairs = corpus.read(split, data["source"], data["target"])
     return [target for _, target in (pairs[: data["max_pairs"]] if data.get("max_pairs") else pairs)]

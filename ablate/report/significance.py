@@ -122,23 +122,11 @@ def t_interval(delta: float, terms: tuple[float, float, float], dfs: tuple[float
 
 
 def bleu_statistics(hypotheses: Sequence[str], references: Sequence[str], lowercase: bool) -> np.ndarray:
-    """Each sentence's BLEU sufficient statistics (N, K): lengths, matched and total n-grams (sacreBLEU's)."""
-    return bleu_statistics_against(references, lowercase)(hypotheses)
+    """Each sentence's BLEU sufficient statistics (N, K): lengths, matched and total n-grams (sacreBLEU's, as the
+    worker keeps them beside the hypotheses: ablate.bleu_statistics)."""
+    from ablate.bleu_statistics import References
 
-
-def bleu_statistics_against(references: Sequence[str], lowercase: bool) -> Callable[[Sequence[str]], np.ndarray]:
-    """bleu_statistics for any hypotheses against these references, whose n-grams are counted once, by
-    sacreBLEU's reference cache: a report scores every seed, budget point and look against the same test set."""
-    from sacrebleu.metrics import BLEU
-
-    metric = BLEU(lowercase=lowercase, references=[list(references)])
-
-    def statistics(hypotheses: Sequence[str]) -> np.ndarray:
-        if len(hypotheses) != len(references):
-            raise ValueError(f"{len(hypotheses)} hypotheses for {len(references)} references")
-        return np.array(metric._extract_corpus_statistics(list(hypotheses), None), dtype=np.float64)
-
-    return statistics
+    return References(references, lowercase).count(hypotheses)
 
 
 def length_ratio(stats: np.ndarray) -> np.ndarray:
@@ -281,19 +269,42 @@ def paired_test(baseline: Sequence[str], systems: dict[str, Sequence[str]], refe
     trials). With several seeds, the report concatenates the hypotheses of the seeds both runs
     completed (seed k against seed k): the test covers test-set sampling, not seed variance.
     """
-    from sacrebleu.metrics import BLEU
-    from sacrebleu.significance import PairedTest
-
     for name, hyps in [("baseline", baseline), *systems.items()]:
         if len(hyps) != len(references):
             raise ValueError(f"{name}: {len(hyps)} hypotheses for {len(references)} references")
-    named = [("baseline", list(baseline)), *((name, list(hyps)) for name, hyps in systems.items())]
-    paired = PairedTest(named, {"BLEU": BLEU(lowercase=lowercase)}, [list(references)], test_type=test)
+    from ablate.bleu_statistics import References
+
+    count = References(references, lowercase).count
+    p = paired_p(count(baseline), {name: count(hyps) for name, hyps in systems.items()}, test)
+    return {name: 1.0 if list(systems[name]) == list(baseline) else value for name, value in p.items()}
+
+
+def paired_p(baseline: np.ndarray, systems: dict[str, np.ndarray], test: str = "bs") -> dict[str, float]:
+    """paired_test from each sentence's statistics (N, K), as bleu_statistics counts them: sacreBLEU's PairedTest,
+    its resampling and scoring unchanged, handed the statistics where it would count them from the text.
+
+    sacreBLEU counts resampled differences strictly above the observed one (multeval's convention), so a system
+    identical to the baseline gets 1/(n+1), which reads as significant: the caller, which has the hypotheses,
+    makes that p = 1."""
+    from sacrebleu.metrics import BLEU
+    from sacrebleu.significance import PairedTest
+
+    class Counted(BLEU):
+        def __init__(self) -> None:
+            super().__init__()
+            self.num_refs = 1  # for its signature, which sacreBLEU takes from the references it counts against
+
+        def _extract_corpus_statistics(self, hypotheses: Any, references: Any) -> list[list[int]]:
+            return [list(row) for row in hypotheses]  # the sentences' statistics, counted already
+
+    for name, stats in systems.items():
+        if stats.shape != baseline.shape:
+            raise ValueError(f"{name}: statistics {stats.shape} for the baseline's {baseline.shape}")
+    named = [("baseline", baseline), *systems.items()]
+    paired = PairedTest([(name, stats.astype(np.int64).tolist()) for name, stats in named], {"BLEU": Counted()}, None,
+                        test_type=test)  # fmt: skip
     _, scores = paired()
-    p = {name: result.p_value for name, result in zip(scores["System"][1:], scores["BLEU"][1:], strict=True)}
-    # sacreBLEU counts resampled differences strictly above the observed one (multeval's convention), so a system
-    # identical to the baseline gets 1/(n+1), which reads as significant; no difference is p = 1
-    return {name: 1.0 if list(systems[name]) == named[0][1] else value for name, value in p.items()}
+    return {name: result.p_value for name, result in zip(scores["System"][1:], scores["BLEU"][1:], strict=True)}
 
 
 def holm(p: dict[K, float], alpha: float = ALPHA, group: Callable[[K], Hashable] | None = None) -> set[K]:

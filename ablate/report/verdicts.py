@@ -73,8 +73,8 @@ def finished_seeds(jobs: list[JobRecord], order: list[int]) -> int:
 
 
 def sequential(exp: ExperimentResults, declared_: Declared, split: str) -> Replay:
-    """Every look of a sequential design that the finished seeds allow. Raises UserError when the test references
-    cannot be read."""
+    """Every look of a sequential design that the finished seeds allow. Raises UserError for a seed whose BLEU
+    statistics are neither kept beside its hypotheses nor countable from the test references."""
     order = declared_.seeds
     rows = [run for run in exp.runs if run != REFERENCE]
     have = {run: finished_seeds(jobs, order) for run, jobs in exp.runs.items()}

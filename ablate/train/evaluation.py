@@ -3,6 +3,7 @@ scored with sacreBLEU (corpus BLEU with its signature, and chrF), as EvaluationS
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 import unicodedata
@@ -14,6 +15,7 @@ from typing import Any
 import torch
 from sacrebleu.metrics import BLEU, CHRF
 
+from ablate.bleu_statistics import References
 from ablate.data.batches import Batch, pad
 from ablate.data.dataset import Dataset
 from ablate.data.preprocess import scored_as
@@ -142,6 +144,17 @@ def decode(model: Transformer, data: Dataset, ev: EvaluationSpec, device: torch.
         write_text(hypotheses_path(directory, split), "\n".join(translation.hypotheses) + "\n")
         translations[split] = translation
     return translations
+
+
+def keep_statistics(data: Dataset, translations: dict[str, Translation], ev: EvaluationSpec, directory: Path) -> None:
+    """Each decoded split's BLEU statistics sentence by sentence, counted from its hypotheses file as a report counts
+    them and kept beside it (hypotheses/<split>.bleu.json): a report builds its intervals, p-values and verdicts
+    from them, with no corpus (ablate.bleu_statistics)."""
+    for split in translations:
+        # a hypothesis the file's reader splits in two (a model that writes U+2028) pairs with no reference: no
+        # statistics, and the report says so, rather than a run lost after its training
+        with contextlib.suppress(ValueError):
+            References([target for _, target in data.tests[split]], ev.lowercase).keep(directory, split)
 
 
 def score_tests(data: Dataset, translations: dict[str, Translation], ev: EvaluationSpec) -> Evaluation:
