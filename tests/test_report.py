@@ -158,7 +158,8 @@ def test_terminal_output_and_files_next_to_the_tables(results, written):
 def test_columns_and_sort(results):
     text = report(results, "--format", "csv", "--no-files", "--columns", "BLEU,status", "--sort", "BLEU")
     rows = list(csv.DictReader(io.StringIO(text)))
-    assert list(rows[0]) == ["experiment", "run", "BLEU", "status"]
+    assert list(rows[0]) == ["experiment", "run", "BLEU", "status", "view"]  # a view says so in its csv too
+    assert rows[0]["view"] == "view: columns BLEU, status; sorted by BLEU"
     bleu = [float(r["BLEU"]) for r in rows if r["BLEU"]]
     assert bleu == sorted(bleu, reverse=True) and rows[-1]["run"] == "explodes"  # no number: last
     bad = cli("report", str(results), "--columns", "BLUE")

@@ -163,8 +163,8 @@ TERMINAL = ["run", "differs", "BLEU", "BLEU std", "n", "ΔBLEU", "ΔBLEU lo", "�
 # before them any it does not list, rightmost first), never its first column.
 PRIORITY = ["run", "ΔBLEU", "verdict", "between", "budget", "agrees", "we find", "paper says", "τ of single seeds",
             "τ of means", "best lr", "sensitivity", "split", "score", "mean", "seed", "trained alone as", "BLEU",
-            "BLEU alone", "differs", "n", "runs", "decided at", "seeds for 80%", "row", "ΔPPL", "paper ΔBLEU",
-            "paper ΔPPL", "valid loss", "train tok/s", "peak MiB", "status", "change"]  # fmt: skip
+            "BLEU alone", "status", "differs", "n", "runs", "decided at", "seeds for 80%", "row", "ΔPPL",
+            "paper ΔBLEU", "paper ΔPPL", "valid loss", "train tok/s", "peak MiB", "change"]  # fmt: skip
 FREE_TEXT = ("differs", "verdict", "note", "change", "paper", "decoding", "trained alone as")  # wrap at spaces
 
 
