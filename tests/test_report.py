@@ -296,7 +296,8 @@ def test_delta_bleu_intervals_cover_seeds_and_sentences(results):
         assert row.get("seeds for 80%", "") == ""
 
 
-def test_length_ratio_is_each_runs_mean_over_seeds_and_needs_the_references(results, monkeypatch):
+def test_length_ratio_is_each_runs_mean_over_seeds_and_needs_the_statistics_or_the_references(results, tmp_path,
+                                                                                              monkeypatch):  # fmt: skip
     from sacrebleu.metrics import BLEU
 
     exp = load_results(results)
@@ -308,8 +309,12 @@ def test_length_ratio_is_each_runs_mean_over_seeds_and_needs_the_references(resu
         assert float(table[run]["len ratio"]) == pytest.approx(expected, abs=5e-4)
     assert table["explodes"]["len ratio"] == ""
     monkeypatch.setenv("ABLATE_DATA_DIR", str(results / "nowhere"))
-    for test in ("bs", "none"):
-        frame, notes = report_frame(load_results(results), test)
+    frame, _ = report_frame(load_results(results), "none")  # from the statistics the worker kept
+    assert [float(frame.set_index("run").loc[run, "len ratio"]) for run in ("baseline", "pre_ln")] == [
+        float(table[run]["len ratio"]) for run in ("baseline", "pre_ln")]  # fmt: skip
+    earlier = shutil.copytree(results, tmp_path / "rep", ignore=shutil.ignore_patterns("checkpoints", "*.bleu.json"))
+    for test in ("bs", "none"):  # a run scored before they were kept
+        frame, notes = report_frame(load_results(earlier), test)
         assert "len ratio" not in frame.columns
         assert any(n.startswith("len ratio") and "not computed" in n and "nowhere" in n for n in notes)
 
