@@ -2,22 +2,34 @@
 
 from __future__ import annotations
 
-import argparse
-import importlib.util
-import json
+import os
 import signal
 import sys
-from collections.abc import Sequence
-from pathlib import Path
-from typing import Any, NoReturn
 
-from rich.console import Console
-from rich.table import Table
 
-from ablate.errors import UserError
-from ablate.report.tables import FORMATS, SUFFIXES
-from ablate.sweep.launchers import LAUNCHERS
-from ablate.train.worker import bound_primitive_caches, exit_at_once
+def _interrupted_while_starting(signum: int, frame: object) -> None:
+    """A Ctrl-C while the command imports what it needs (a second or more): one line, as at any later moment."""
+    os.write(2, b"interrupted\n")
+    os._exit(130)
+
+
+if signal.getsignal(signal.SIGINT) is signal.default_int_handler:  # not where SIGINT is ignored (nohup ... &)
+    signal.signal(signal.SIGINT, _interrupted_while_starting)
+
+import argparse  # noqa: E402 (after the handler above: a Ctrl-C during these imports is one line too)
+import importlib.util  # noqa: E402
+import json  # noqa: E402
+from collections.abc import Sequence  # noqa: E402
+from pathlib import Path  # noqa: E402
+from typing import Any, NoReturn  # noqa: E402
+
+from rich.console import Console  # noqa: E402
+from rich.table import Table  # noqa: E402
+
+from ablate.errors import UserError  # noqa: E402
+from ablate.report.tables import FORMATS, SUFFIXES  # noqa: E402
+from ablate.sweep.launchers import LAUNCHERS  # noqa: E402
+from ablate.train.worker import bound_primitive_caches, exit_at_once  # noqa: E402
 
 
 class Parser(argparse.ArgumentParser):
@@ -30,6 +42,8 @@ class Parser(argparse.ArgumentParser):
 
 def main(argv: Sequence[str] | None = None) -> int:
     """`ablate COMMAND ...`: parses the command line and hands over to the command; the exit code."""
+    if signal.getsignal(signal.SIGINT) is _interrupted_while_starting:
+        signal.signal(signal.SIGINT, signal.default_int_handler)  # from here on, KeyboardInterrupt: handled below
     args = build_parser().parse_args(argv)
     bound_primitive_caches()  # before torch loads: under torchrun, jobs train in this process
     try:
@@ -41,6 +55,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # `ablate report ... | head`: the reader has gone, and so has what it would have read
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # the final flush has nowhere to fail
+        return PIPE_CLOSED
+
+
+PIPE_CLOSED = 128 + 13  # what a shell reports for a program SIGPIPE ended: not 1, a failed run (docs/running.md)
 
 
 def _version() -> str:
@@ -224,11 +244,15 @@ def build_parser() -> Parser:
     parts = commands.add_parser("parts", help="list the registered parts of every slot")
     parts.set_defaults(handler=cmd_parts)
 
-    data = commands.add_parser("data", help="corpora: list them, download them")
-    data.add_argument("action", choices=["list", "download"])
-    data.add_argument("corpus", nargs="?", default="multi30k")
+    data = commands.add_parser("data", help="corpora: list them, download them, prepare an experiment's once")
+    data.add_argument("action", choices=["list", "download", "prepare"],
+                      help="prepare FILE...: every corpus the experiment files train on, encoded once into the cache "
+                           "and checked (ablate run does it on first use; docs/running.md)")  # fmt: skip
+    data.add_argument("corpus", nargs="*", metavar="CORPUS|FILE", help="download: a corpus (default multi30k); "
+                      "prepare: experiment files")  # fmt: skip
     data.add_argument("--data-dir", default=None,
                       help="default: $ABLATE_DATA_DIR, else $XDG_CACHE_HOME/ablate/data (~/.cache/...)")  # fmt: skip
+    _add_set(data)
     data.set_defaults(handler=cmd_data)
 
     schema = commands.add_parser("schema", help="print the JSON Schema of experiment files, for editors")
@@ -355,6 +379,7 @@ def _run(args: argparse.Namespace) -> int:
             print(f"warning: {line}", file=sys.stderr)
     only = [name for item in args.only for name in item.split(",") if name]
     runner.check_only(experiments, only)
+    runner.check_results(args.results)
     if args.tensorboard is not None and importlib.util.find_spec("tensorboard") is None:
         raise UserError("--tensorboard: needs the tensorboard package: pip install 'ablate[tensorboard]'")
     flags = (("partition", args.partition), ("time_min", args.time_min), ("cpus_per_run", args.cpus_per_run),
@@ -575,7 +600,17 @@ def cmd_data(args: argparse.Namespace) -> int:
             table.add_row(*row)
         console().print(table)
         return 0
-    for path in download(args.corpus, root):
+    if args.action == "prepare":
+        from ablate.sweep.experiment import load_experiments
+        from ablate.sweep.runner import prepare_experiments
+
+        if not args.corpus:
+            raise UserError("ablate data prepare: give the experiment files whose corpora to prepare")
+        prepare_experiments(load_experiments(args.corpus, args.overrides), console())
+        return 0
+    if len(args.corpus) > 1:
+        raise UserError(f"ablate data download: one corpus at a time, got {', '.join(args.corpus)}")
+    for path in download(args.corpus[0] if args.corpus else "multi30k", root):
         print(f"{path}: ok")
     return 0
 

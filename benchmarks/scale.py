@@ -15,10 +15,11 @@ are Multi30k's val and test2016), then measures, with ABLATE_CACHE_DIR and the r
 
     ABLATE_DATA_DIR=... python benchmarks/scale.py [--pairs 4500000] [--steps 100] [--work DIR]
 
-Peak memory is each process's VmHWM (/proc/PID/status), polled every 0.1 s over the command's process tree: the
-sweep, the fork server and every worker. Run it on a quiet machine; it prints a markdown table for
-benchmarks/README.md and writes scale.json in `--work`. The corpus (about 1.3 GB at 4.5M pairs) and the prepared
-arrays stay in `--work` for the next run unless it is deleted.
+Wall seconds are the machine's; CPU seconds (the command's and what it waited for, user and system) say what the
+work cost whatever else ran. Peak memory is each process's VmHWM (/proc/PID/status), polled every 0.1 s over the
+command's process tree: the sweep, the fork server and every worker. Run it on a quiet machine; it prints a markdown
+table for benchmarks/README.md and writes scale.json in `--work`. The corpus (about 1.3 GB at 4.5M pairs) and the
+prepared arrays stay in `--work` for the next run unless it is deleted.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import subprocess
 import sys
 import threading
@@ -139,7 +141,7 @@ def label(cmdline: str, root: bool) -> str:
 def timed(command: list[str], env: dict[str, str], first_steps: dict[str, Path] | None = None) -> dict:
     """Runs an `ablate` command; its wall seconds, peak memory by process and, for each run directory given, the
     seconds from the start to its first training step."""
-    started = time.perf_counter()
+    started, before = time.perf_counter(), resource.getrusage(resource.RUSAGE_CHILDREN)
     process = subprocess.Popen([sys.executable, "-m", "ablate.cli", *command], cwd=ROOT, env=env,
                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)  # fmt: skip
     peaks = Peaks(process.pid)
@@ -156,8 +158,10 @@ def timed(command: list[str], env: dict[str, str], first_steps: dict[str, Path] 
     reader.join()
     if process.returncode != 0:
         sys.exit(f"ablate {' '.join(command)} failed:\n{''.join(output)}")
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)  # the command and every process it waited for
     return {
         "wall_s": time.perf_counter() - started,
+        "cpu_s": after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime,
         "peak_mib": peaks.stop(),
         "first_step_s": firsts,
         "output": "".join(output),
@@ -222,7 +226,8 @@ def table(f: dict) -> str:
     two_workers = sum(v for k, v in two["peak_mib"].items() if k.startswith("worker"))
     ratio = f["tok_s"]["large"] / f["tok_s"]["baseline"]
     rows = [
-        ("preparation, once", f"{f['prepare']['wall_s']:.0f} s, peak {f['prepare']['peak_mib']['prepare']:,.0f} MiB"),
+        ("preparation, once", f"{f['prepare']['wall_s']:.0f} s ({f['prepare']['cpu_s']:.0f} s of CPU), peak "
+                              f"{f['prepare']['peak_mib']['prepare']:,.0f} MiB"),
         ("`ablate data prepare` again (prepared)", f"{f['prepared']['wall_s']:.1f} s"),
         ("size on disk", f"{f['disk_mib']:,.0f} MiB"),
         ("`ablate run` to step 1 (large, prepared)", f"{side['first_step_s'].get('large', float('nan')):.1f} s "
