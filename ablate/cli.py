@@ -27,7 +27,7 @@ from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
 from ablate.errors import UserError  # noqa: E402
-from ablate.report.tables import FORMATS, SUFFIXES  # noqa: E402
+from ablate.report.tables import FORMATS  # noqa: E402
 from ablate.sweep.launchers import LAUNCHERS  # noqa: E402
 from ablate.train.worker import bound_primitive_caches, exit_at_once  # noqa: E402
 
@@ -261,8 +261,10 @@ def build_parser() -> Parser:
 
 
 def console() -> Console:
-    """Rich on a terminal; in a pipe or log, a wide plain console so tables keep one line per row."""
-    return Console() if sys.stdout.isatty() else Console(width=320, no_color=True)
+    """Rich on a terminal, as wide as it; in a pipe or log, plain text COLUMNS wide, else 120 (ablate.terminal)."""
+    from ablate.terminal import console as fitted
+
+    return fitted()
 
 
 def _add_set(parser: argparse.ArgumentParser) -> None:
@@ -510,64 +512,12 @@ def _seeds(value: str) -> list[int] | int:
     return items
 
 
-# The flags whose report is a view, besides --at and --significance away from their defaults
-VIEWS = ("margin", "at_budget", "columns", "sort", "reverse")
-
-
 def cmd_report(args: argparse.Namespace) -> int:
-    from ablate.files import write_text
-    from ablate.report import figures
-    from ablate.report.build import build, render_all, write_report
-    from ablate.report.results import find_experiments
-    from ablate.report.screen import print_report
-    from ablate.terminal import console as wide
-    from ablate.terminal import say
+    from ablate.report.command import ReportOptions, report
 
-    columns = [c.strip() for c in args.columns.split(",")] if args.columns not in (None, "all") else None
-    fmt, folder = args.format, None
-    if args.output is not None and fmt == "terminal":  # the file says which: table.tex is LaTeX; no suffix, a folder
-        fmt = SUFFIXES.get(args.output.suffix.lower(), "")
-        if not fmt and (args.output.suffix and not args.output.is_dir()):
-            raise UserError(f"ablate report: --output {args.output}: give --format md, csv, latex or html, a file "
-                            f"ending in {', '.join(SUFFIXES)}, or a directory for the whole report")  # fmt: skip
-        folder, fmt = (args.output, "terminal") if not fmt else (None, fmt)
-    view = any(getattr(args, flag) not in (None, False) for flag in VIEWS) or args.at != "all" or (
-        args.significance != "bs")  # fmt: skip
-    experiments = find_experiments(args.results_dir)
-    if folder is not None and view:
-        for directory in experiments:
-            if folder.resolve() == (directory / "report").resolve():
-                raise UserError(f"ablate report: --output {folder}: a view is never written into the experiment's "
-                                "report/, which holds its declared report; give another directory")  # fmt: skip
-    out = wide()
-    reports, written = [], []
-    for directory in experiments:
-        report = build(directory, args.significance, args.at, columns, args.sort, args.reverse, args.at_budget,
-                       args.margin, every_column=args.columns == "all")  # fmt: skip
-        reports.append(report)
-        if fmt == "terminal":
-            print_report(out, report, compact=args.columns is None)
-        if folder is not None or not (view or args.no_files):
-            where = None if folder is None else folder / directory.name if len(experiments) > 1 else folder
-            written += write_report(report, compact=args.columns is None, folder=where)
-            if not figures.available():
-                say(out, "plots: not drawn, matplotlib (a dependency of ablate) is missing: pip install "
-                    "'matplotlib>=3.7'")  # fmt: skip
-    text = render_all(reports, fmt, compact=args.columns is None) if fmt != "terminal" else ""
-    if args.output is not None and folder is None:
-        write_text(args.output, text)
-        say(out, f"written: {args.output}")
-    elif text:
-        sys.stdout.write(text)
-    pages = [p for p in written if p.name == "index.html"]
-    if pages:
-        say(out, f"page: {', '.join(map(str, pages))}")
-    elif view and fmt == "terminal":
-        say(out, "A view: nothing written (report/ keeps the declared report; --output DIR writes this one).")
-    elif fmt == "terminal":
-        kept = [str(p) for d in experiments if (p := d / "report" / "index.html").is_file()]
-        say(out, f"page: {', '.join(kept)} (not rewritten: --no-files)" if kept else "page: none (--no-files)")
-    return 0
+    options = ReportOptions(args.significance, args.at, args.columns, args.sort, args.reverse, args.at_budget,
+                            args.margin, args.format, args.output, args.no_files)  # fmt: skip
+    return report(args.results_dir, options, console())
 
 
 def cmd_check(args: argparse.Namespace) -> int:

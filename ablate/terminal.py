@@ -26,13 +26,22 @@ from rich.table import Table
 PIPE_WIDTH = 120
 
 
+class Screen(Console):
+    """rich's Console, but a closed pipe (`ablate report ... | head`) raises BrokenPipeError, which the command ends
+    on quietly with the shell's code for it (ablate.cli), where rich would exit 1, the code of a failed run."""
+
+    def on_broken_pipe(self) -> None:
+        self.quiet = True
+        raise BrokenPipeError
+
+
 def console() -> Console:
     """Rich on a terminal, as wide as the terminal (or COLUMNS); in a pipe or a file, plain text COLUMNS characters
     wide, else PIPE_WIDTH."""
     if sys.stdout.isatty():
-        return Console()
+        return Screen()
     columns = os.environ.get("COLUMNS", "")
-    return Console(width=int(columns) if columns.isdigit() and int(columns) > 0 else PIPE_WIDTH, no_color=True)
+    return Screen(width=int(columns) if columns.isdigit() and int(columns) > 0 else PIPE_WIDTH, no_color=True)
 
 
 # What wraps as one word: a short bracket with its mark (`[−11.05, −8.00]*`, `[lo, hi]`), a value with its spread

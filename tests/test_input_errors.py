@@ -200,3 +200,20 @@ def test_docs_give_each_references_cost_as_check_list_does():
         wall = load(path).environment.get("wall_seconds")
         if isinstance(wall, int | float):
             assert f"{wall / 60:.0f} min where it was measured" in rows[path.stem], path.stem
+
+
+def test_the_main_command_answers_without_the_corpus(tmp_path):
+    """`ablate run experiments/pe.yaml` in a clone without the corpus: the committed runs are read, and the command
+    ends with the README's rows, their intervals and verdicts, and names the page; no data directory is made."""
+    missing = tmp_path / "no-corpus"
+    run = cli("run", "experiments/pe.yaml", env={"ABLATE_DATA_DIR": str(missing), "COLUMNS": "120"})
+    assert run.returncode == 0, run.stderr
+    rows: dict[str, str] = {}
+    for line in run.stdout.splitlines():  # the first table's rows: the comparison
+        if line.split()[:1] in (["learned"], ["none"], ["rotary"]):
+            rows.setdefault(line.split()[0], line)
+    assert "−2.43 [−3.50, −1.36]*" in rows["learned"] and "worse" in rows["learned"]
+    assert "−9.53 [−11.05, −8.00]*" in rows["none"] and "worse" in rows["none"]
+    assert "+0.73 [−0.79, +2.24]" in rows["rotary"] and "undecided" in rows["rotary"]
+    assert run.stdout.strip().splitlines()[-1].startswith("page: results/pe/report/index.html")
+    assert not missing.exists()

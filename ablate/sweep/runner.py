@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import shutil
 import sys
+import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -25,7 +26,7 @@ from typing import Any
 from ablate.errors import UserError, did_you_mean
 from ablate.files import write_text
 from ablate.record import RunResult, Status
-from ablate.report.tables import print_table
+from ablate.report.command import after_run
 from ablate.rundir import (
     JOB,
     RESULT,
@@ -37,6 +38,8 @@ from ablate.rundir import (
     checkpoint_step,
     read_result,
     reuse,
+    run_dirs,
+    seed_dirs,
     set_aside_for_decoding,
     stale_path,
     stored_hash,
@@ -50,6 +53,7 @@ from ablate.sweep.launchers import Interrupted, Launcher, Outcomes
 from ablate.sweep.launchers.local import LocalLauncher
 from ablate.sweep.plan import Action, Planned, plan
 from ablate.sweep.progress import SweepView
+from ablate.terminal import say
 from ablate.train import distributed
 from ablate.train.job import Job
 
@@ -93,18 +97,20 @@ def run(experiments: list[Experiment], options: Options, console, sweep_one: Swe
 
 def _run(experiments: list[Experiment], options: Options, console, sweep_one: SweepOne) -> int:
     failed, interrupted = [], []
+    started = time.time()
     for experiment in experiments:  # every design before anything trains: a bad one stops the command at once
         if distributed.rank() == 0:
             declare(experiment, options.results, options.seeds, options.margin, options.max_seeds)
     for experiment in experiments:
         try:
-            rows, frame, notes = sweep_one(experiment, options, console)
+            rows, _, _ = sweep_one(experiment, options, console)
         except Interrupted as stop:
             raise Interrupted(f"{stop}: ablate run {' '.join(str(e.path) for e in experiments)} ...") from None
         if not rows:
             continue  # a rank other than 0 under torchrun, or jobs left running on the cluster
-        print_table(console, f"{experiment.name}: {experiment.description}", frame, notes, compact=True)
-        console.print(f"written: {options.results / experiment.name / SUMMARY_MD} and {SUMMARY_CSV}", highlight=False)
+        root = options.results / experiment.name
+        say(console, f"written: {root / SUMMARY_MD} and {SUMMARY_CSV}")
+        after_run(root, written_since(root, started), console)  # the comparison and verdicts `ablate report` prints
         failed += [f"{experiment.name}/{r.run}/seed-{r.seed}: {r.error or ''}"
                    for r in rows if r.status == Status.FAILED]  # fmt: skip
         # stopped in this sweep from outside (Slurm's scancel): its row says by what, in `error`; a run an
@@ -118,6 +124,13 @@ def _run(experiments: list[Experiment], options: Options, console, sweep_one: Sw
         print("interrupted runs (the same command resumes them):\n  " + "\n  ".join(interrupted), file=sys.stderr)
         return Exit.INTERRUPTED
     return Exit.COMPLETED
+
+
+def written_since(experiment: Path, moment: float) -> bool:
+    """Whether a run of the experiment wrote its result.json at `moment` or after: this command trained (or decoded)
+    something, and the experiment's page is out of date."""
+    return any((d / RESULT).is_file() and (d / RESULT).stat().st_mtime >= moment
+               for run in run_dirs(experiment) for d in seed_dirs(run))  # fmt: skip
 
 
 def check_only(experiments: list[Experiment], only: list[str]) -> None:
