@@ -21,7 +21,7 @@ import importlib.util  # noqa: E402
 import json  # noqa: E402
 from collections.abc import Sequence  # noqa: E402
 from pathlib import Path  # noqa: E402
-from typing import Any, NoReturn  # noqa: E402
+from typing import NoReturn  # noqa: E402
 
 from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
@@ -297,29 +297,21 @@ def _rates(value: str) -> list[float]:
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
-    from ablate.model.transformer import parameter_count
     from ablate.sweep.experiment import load_experiments
+    from ablate.sweep.plan import validation_table
 
     out = console()
     for experiment in load_experiments(args.files, args.overrides, args.lr_sweep):
         for line in experiment.warnings():
             print(f"warning: {line}", file=sys.stderr)
-        table = Table(title=f"{experiment.path}: {experiment.name} ({len(experiment.runs)} runs)", title_justify="left")
-        table.add_column("run")
-        table.add_column("differs from the baseline")
-        table.add_column("params", justify="right")
-        for run in experiment.runs:
-            vocab = run.spec.tokenizer.nominal_size
-            table.add_row(run.name, run.describe(), f"{parameter_count(run.spec.model, vocab, vocab):,}")
-        out.print(table)
-        out.print(
-            f"  params at the nominal vocabulary size (tokenizer.vocab_size, or merges + 4 specials); all "
-            f"{len(experiment.runs)} runs valid"
-        )
+        out.print(validation_table(experiment))
+        out.print(f"  params at the nominal vocabulary size (tokenizer.vocab_size, or merges + 4 specials); all "
+                  f"{len(experiment.runs)} runs valid")  # fmt: skip
     return 0
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
+    from ablate.report.tables import speed_table
     from ablate.sweep.bench import Options, bench
     from ablate.sweep.experiment import load_experiments
 
@@ -339,23 +331,6 @@ def cmd_bench(args: argparse.Namespace) -> int:
         out.print(speed_table(record))
         out.print(f"  written to {path}")
     return 0
-
-
-def speed_table(record: Any) -> Table:
-    """A bench's record (ablate.record.SpeedRecord) as the terminal shows it."""
-    table = Table(title=f"{record.experiment}: {record.machine}, {record.rounds} rounds, {record.seconds:.0f} s",
-                  title_justify="left")  # fmt: skip
-    for column in ("run", "ms/update", "tok/s", "vs baseline [95%]", "greedy sent/s", "beam sent/s", "peak MiB", "MFU"):
-        table.add_column(column, justify="left" if column == "run" else "right")
-    for r in record.runs:
-        ratio = "1" if r.ratio is None else f"{r.ratio.estimate:.2f} [{r.ratio.low:.2f}, {r.ratio.high:.2f}]"
-        table.add_row(r.run, f"{r.step_ms:,.0f}", f"{r.tokens_per_s:,.0f}", ratio, _number(r.greedy_sentences_per_s),
-                      _number(r.beam_sentences_per_s), _number(r.peak_memory_mib, 0), _number(r.mfu, 3))  # fmt: skip
-    return table
-
-
-def _number(value: float | None, digits: int = 1) -> str:
-    return "-" if value is None else f"{value:,.{digits}f}"
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -390,7 +365,10 @@ def _run(args: argparse.Namespace) -> int:
     if args.slurm:
         slurm["additional"] = {k.replace("-", "_"): v for k, v in parse_overrides(args.slurm, "--slurm").items()}
     if args.runs_per_gpu == "auto":
-        args.runs_per_gpu = _auto_runs_per_gpu(args, experiments, only)
+        from ablate.sweep.packing import auto
+
+        args.runs_per_gpu = auto(args.launcher, args.dry_run, args.device, args.gpus_per_run, args.seeds, args.files[0],
+                                 args.overrides, experiments, only)  # fmt: skip
     if args.runs_per_gpu > 1 and args.launcher != "local":
         raise UserError(f"--runs-per-gpu {args.runs_per_gpu}: with --launcher local only (Slurm gives a job its GPUs "
                         "whole)")  # fmt: skip
@@ -432,26 +410,6 @@ def _stop_like_ctrl_c(signum: int, frame) -> None:
 
 def _runs_per_gpu(value: str) -> int | str:
     return value if value == "auto" else _positive(value)
-
-
-def _auto_runs_per_gpu(args: argparse.Namespace, experiments: list[Any], only: list[str]) -> int:
-    """--runs-per-gpu auto resolved (ablate.sweep.packing): 1 without a GPU, on Slurm or for a dry run."""
-    from ablate.sweep.devices import cuda_available
-
-    if args.launcher != "local" or args.dry_run or args.device == "cpu" or not cuda_available():
-        print("--runs-per-gpu auto: 1 (no GPU to probe, a dry run or Slurm)", flush=True)
-        return 1
-    if (args.gpus_per_run or 1) > 1:
-        raise UserError(f"--runs-per-gpu auto: only with one GPU a run, not --gpus-per-run {args.gpus_per_run}")
-    from ablate.sweep import packing
-
-    experiment = experiments[0]
-    run = next((r.name for r in experiment.runs if not only or r.name in only), experiment.runs[0].name)
-    seeds = args.seeds if isinstance(args.seeds, int) else len(args.seeds or experiment.seeds or [1])
-    jobs = sum(len(e.runs) for e in experiments) * seeds
-    runs, line = packing.choose(str(args.files[0]), args.overrides, run, jobs, 0, lambda s: print(s, flush=True))
-    print(f"--runs-per-gpu auto: {line}", flush=True)
-    return runs
 
 
 def _positive(value: str) -> int:

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import pandas as pd
+from rich.table import Table
 
 from ablate.report.frame import BUSY, SPEED, shared_gpu
 
@@ -206,3 +207,20 @@ def left_out(dropped: list[str], hidden: list[str], width: int) -> str:
     if [c for c in hidden if c != "status"]:
         text += " Every other column is in the csv (--columns all asks for them here)."
     return (text + (" Every run completed." if "status" in hidden else "")).strip()
+
+
+def speed_table(record: Any) -> Table:
+    """A bench's record (ablate.record.SpeedRecord) as the terminal shows it."""
+    table = Table(title=f"{record.experiment}: {record.machine}, {record.rounds} rounds, {record.seconds:.0f} s",
+                  title_justify="left")  # fmt: skip
+    for column in ("run", "ms/update", "tok/s", "vs baseline [95%]", "greedy sent/s", "beam sent/s", "peak MiB", "MFU"):
+        table.add_column(column, justify="left" if column == "run" else "right")
+    for r in record.runs:
+        ratio = "1" if r.ratio is None else f"{r.ratio.estimate:.2f} [{r.ratio.low:.2f}, {r.ratio.high:.2f}]"
+        table.add_row(r.run, f"{r.step_ms:,.0f}", f"{r.tokens_per_s:,.0f}", ratio, _number(r.greedy_sentences_per_s),
+                      _number(r.beam_sentences_per_s), _number(r.peak_memory_mib, 0), _number(r.mfu, 3))  # fmt: skip
+    return table
+
+
+def _number(value: float | None, digits: int = 1) -> str:
+    return "-" if value is None else f"{value:,.{digits}f}"

@@ -231,5 +231,33 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0 if math.isfinite(seconds) else 1
 
 
+def auto(
+    launcher: str,
+    dry_run: bool,
+    device: str | None,
+    gpus_per_run: int | None,
+    seeds: int | list[int] | None,
+    file: Path | str,
+    overrides: Sequence[str],
+    experiments: list,
+    only: list[str],
+) -> int:
+    """--runs-per-gpu auto resolved: 1 without a GPU, on Slurm or for a dry run; else `choose`'s probe."""
+    from ablate.sweep.devices import cuda_available
+
+    if launcher != "local" or dry_run or device == "cpu" or not cuda_available():
+        print("--runs-per-gpu auto: 1 (no GPU to probe, a dry run or Slurm)", flush=True)
+        return 1
+    if (gpus_per_run or 1) > 1:
+        raise UserError(f"--runs-per-gpu auto: only with one GPU a run, not --gpus-per-run {gpus_per_run}")
+    experiment = experiments[0]
+    run = next((r.name for r in experiment.runs if not only or r.name in only), experiment.runs[0].name)
+    count = seeds if isinstance(seeds, int) else len(seeds or experiment.seeds or [1])
+    jobs = sum(len(e.runs) for e in experiments) * count
+    runs, line = choose(str(file), overrides, run, jobs, 0, lambda s: print(s, flush=True))
+    print(f"--runs-per-gpu auto: {line}", flush=True)
+    return runs
+
+
 if __name__ == "__main__":
     sys.exit(main())

@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
+from typing import Any
 
 from ablate.rundir import (
     RunLock,
@@ -179,3 +180,19 @@ def dry_run_rows(experiment: Experiment, planned: list[Planned]) -> list[tuple[s
         rows.append((p.job.run, str(p.job.seed), p.job.describe, f"{parameter_count(spec.model, vocab, vocab):,}",
                      tokens, steps, action))  # fmt: skip
     return rows
+
+
+def validation_table(experiment: Experiment) -> Any:
+    """`ablate validate`: each run, how it differs from the baseline, and its parameters at the nominal vocabulary."""
+    from rich.table import Table
+
+    from ablate.model.transformer import parameter_count
+
+    table = Table(title=f"{experiment.path}: {experiment.name} ({len(experiment.runs)} runs)", title_justify="left")
+    table.add_column("run")
+    table.add_column("differs from the baseline")
+    table.add_column("params", justify="right")
+    for run in experiment.runs:
+        vocab = run.spec.tokenizer.nominal_size
+        table.add_row(run.name, run.describe(), f"{parameter_count(run.spec.model, vocab, vocab):,}")
+    return table
