@@ -261,10 +261,11 @@ def build_parser() -> Parser:
 
 
 def console() -> Console:
-    """Rich on a terminal, as wide as it; in a pipe or log, plain text COLUMNS wide, else 120 (ablate.terminal)."""
-    from ablate.terminal import console as fitted
+    """Rich on a terminal; in a pipe or log, a wide plain console so tables keep one line per row (`ablate report`
+    and `check --list` fit theirs to COLUMNS, else 120: ablate.terminal). A closed pipe ends quietly (main)."""
+    from ablate.terminal import Screen
 
-    return fitted()
+    return Screen() if sys.stdout.isatty() else Screen(width=320, no_color=True)
 
 
 def _add_set(parser: argparse.ArgumentParser) -> None:
@@ -475,7 +476,9 @@ def cmd_report(args: argparse.Namespace) -> int:
 
     options = ReportOptions(args.significance, args.at, args.columns, args.sort, args.reverse, args.at_budget,
                             args.margin, args.format, args.output, args.no_files)  # fmt: skip
-    return report(args.results_dir, options, console())
+    from ablate.terminal import console as fitted
+
+    return report(args.results_dir, options, fitted())
 
 
 def cmd_check(args: argparse.Namespace) -> int:

@@ -55,7 +55,7 @@ def test_unequal_line_counts_get_one_line_naming_the_file(tmp_path, write):
     run = cli("run", experiment(write, tmp_path), "--only", "baseline", "--results", str(tmp_path / "results"))
     assert run.returncode == 2 and "Traceback" not in run.stderr
     (line,) = run.stderr.strip().splitlines()
-    assert line.startswith(f"{tmp_path / 'val.en'}: 40 lines, but {tmp_path / 'val.de.gz'} has 39")
+    assert line.startswith(f"{tmp_path / 'val.de.gz'}: ends after line 39, but {tmp_path / 'val.en'} has a line 40")
 
 
 def test_a_plugin_part_with_a_required_parameter(tmp_path, write):

@@ -227,10 +227,8 @@ def test_the_page_opens_with_the_summary_then_the_table_with_a_short_legend_and_
     assert "<h2>Plots</h2>" not in head and '<figure id="curves">' not in head and "## baseline" not in head
 
 
-# Every committed page (results/<experiment>/report/index.html); table3's is written again once its seeds land
-PAGES = [pytest.param(name, marks=pytest.mark.xfail(reason="results/table3/report is regenerated after its seeds "
-                                                    "land", strict=False)) if name == "table3" else name
-         for name in sorted(p.parent.parent.name for p in (ROOT / "results").glob("*/report/index.html"))]  # fmt: skip
+# Every committed page (results/<experiment>/report/index.html)
+PAGES = sorted(p.parent.parent.name for p in (ROOT / "results").glob("*/report/index.html"))
 
 
 @pytest.mark.parametrize("name", PAGES)

@@ -14,7 +14,7 @@ from ablate.report import figures
 from ablate.report.build import build, render_all, write_report
 from ablate.report.results import find_experiments
 from ablate.report.screen import print_report
-from ablate.report.tables import SUFFIXES
+from ablate.report.tables import SUFFIXES, print_table
 from ablate.terminal import say
 
 
@@ -75,12 +75,12 @@ def report(results_dir: Path, options: ReportOptions, out) -> int:
     text = render_all(reports, fmt, compact=compact) if fmt != "terminal" else ""
     if options.output is not None and folder is None:
         write_text(options.output, text)
-        say(out, f"written: {options.output}")
+        out.out(f"written: {options.output}", highlight=False)  # a path: one line, whatever the width
     elif text:
         sys.stdout.write(text)
     pages = [p for p in written if p.name == "index.html"]
     if pages:
-        say(out, f"page: {', '.join(map(str, pages))}")
+        out.out(f"page: {', '.join(map(str, pages))}", highlight=False)
     elif view and fmt == "terminal":
         say(out, "A view: nothing written (report/ keeps the declared report; --output DIR writes this one).")
     elif fmt == "terminal":
@@ -89,10 +89,18 @@ def report(results_dir: Path, options: ReportOptions, out) -> int:
     return 0
 
 
-def after_run(directory: Path, trained: bool, out) -> None:
+def after_run(directory: Path, trained: bool, out, table: tuple | None = None) -> None:
     """The end of `ablate run` for one experiment: the comparison and verdicts `ablate report` prints, and the page,
-    written again when this run trained something (else the one on disk is named, or how to write one)."""
-    built = build(directory)
+    written again when this run trained something (else the one on disk is named, or how to write one). Where the
+    report cannot be made (runs of one experiment scored on different test sentences, say), `table` (the summary's
+    title, frame and notes) is printed instead, with why, and the run's own outcome stands."""
+    try:
+        built = build(directory)
+    except (UserError, ValueError) as error:
+        if table is not None:
+            print_table(out, *table, compact=True)
+        say(out, f"no intervals or verdicts: {error}; `ablate report {directory}` says more")
+        return
     print_report(out, built)
     page = directory / "report" / "index.html"
     if trained:

@@ -190,7 +190,11 @@ class SentenceStatistics:
         digest, against = sha256("\n".join(lines)), self._against
         if digest not in self._seen:
             key = f"{against.sha256} lowercase={self.lowercase} {sacrebleu.__version__}"
-            self._seen[digest] = cached_statistics(key, digest, lambda: against.count(lines))
+            try:
+                self._seen[digest] = cached_statistics(key, digest, lambda: against.count(lines))
+            except ValueError as error:  # runs of one experiment scored on different sentences (another max_pairs)
+                raise UserError(f"{job.directory}: {error} of {self.split}: its runs were not scored on the same "
+                                "test sentences") from None  # fmt: skip
         return self._seen[digest]
 
 

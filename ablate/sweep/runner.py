@@ -103,14 +103,15 @@ def _run(experiments: list[Experiment], options: Options, console, sweep_one: Sw
             declare(experiment, options.results, options.seeds, options.margin, options.max_seeds)
     for experiment in experiments:
         try:
-            rows, _, _ = sweep_one(experiment, options, console)
+            rows, frame, notes = sweep_one(experiment, options, console)
         except Interrupted as stop:
             raise Interrupted(f"{stop}: ablate run {' '.join(str(e.path) for e in experiments)} ...") from None
         if not rows:
             continue  # a rank other than 0 under torchrun, or jobs left running on the cluster
         root = options.results / experiment.name
         say(console, f"written: {root / SUMMARY_MD} and {SUMMARY_CSV}")
-        after_run(root, written_since(root, started), console)  # the comparison and verdicts `ablate report` prints
+        title = f"{experiment.name}: {experiment.description}"  # the comparison and verdicts `ablate report` prints
+        after_run(root, written_since(root, started), console, (title, frame, notes))
         failed += [f"{experiment.name}/{r.run}/seed-{r.seed}: {r.error or ''}"
                    for r in rows if r.status == Status.FAILED]  # fmt: skip
         # stopped in this sweep from outside (Slurm's scancel): its row says by what, in `error`; a run an
