@@ -113,3 +113,33 @@ def test_cli_corpus_error_is_one_line(tmp_path, write):
     result = cli("run", str(path), "--results", str(tmp_path / "results"))
     assert result.returncode == 2
     assert result.stderr.strip() == "corpus 'multi30k': no language 'xx' (has en, de, fr, cs)"
+
+
+@pytest.mark.parametrize("block", [1, 2, 5, 64, 1 << 22])
+def test_lines_read_a_block_at_a_time_are_pythons_text_mode_lines(tmp_path, block):
+    """Against Python's own universal-newline text mode (\\n, \\r\\n and a lone \\r end a line), on random text
+    cut into blocks of every size, a block boundary inside a character or a \\r\\n included; a line that is not
+    UTF-8 is named by its number as a reader of one line at a time names it."""
+    import random
+
+    from ablate.data.corpus import iter_lines, line_blocks
+
+    rng = random.Random(block)
+    pieces = ["a", "bc ", "\n", "\r\n", "\r", "ü", "€", " ", "x" * 30]
+    for trial in range(300):
+        text = "".join(rng.choice(pieces) for _ in range(rng.randint(0, 50)))
+        path = tmp_path / ("t.gz" if trial % 3 == 0 else "t.txt")
+        (gzip.open if trial % 3 == 0 else open)(path, "wb").write(text.encode())
+        with (gzip.open(path, "rt", encoding="utf-8") if trial % 3 == 0 else open(path, encoding="utf-8")) as f:
+            expected = f.read().split("\n")
+        expected = expected[:-1] if expected[-1] == "" else expected
+        assert [line for lines in line_blocks(path, block) for line in lines] == expected, (text, block)
+        assert list(iter_lines(path)) == expected
+
+        at = rng.randint(0, len(text))  # between two characters
+        bad = text[:at].encode() + b"\xff" + text[at:].encode()
+        path = tmp_path / "t.txt"
+        path.write_bytes(bad)
+        number = next(n for n, line in enumerate(bad.split(b"\n"), 1) if b"\xff" in line)
+        with pytest.raises(CorpusError, match=rf"t.txt: line {number}: not UTF-8 \(invalid start byte at byte "):
+            list(line_blocks(path, block))

@@ -16,6 +16,7 @@ import tempfile
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
+from itertools import chain, islice
 from pathlib import Path
 from typing import ClassVar
 
@@ -68,20 +69,30 @@ class Corpus(Part):
     def stream(self, split: str, source: str, target: str, limit: int | None = None) -> Iterator[tuple[str, str]]:
         """The pairs of a split one at a time, at most `limit`, the whole split never in memory. A line that is not
         UTF-8, sides of unequal lengths and an empty split are one-line errors naming the file and the line."""
+        for sources, targets in self.chunks(split, source, target, limit):
+            yield from zip(sources, targets, strict=True)
+
+    def chunks(self, split: str, source: str, target: str, limit: int | None = None, size: int = 10_000
+               ) -> Iterator[tuple[list[str], list[str]]]:  # fmt: skip
+        """The pairs of a split `size` at a time, as (sources, targets), at most `limit` in all; the errors of
+        `stream`, which reads them so."""
         self.check(split, source, target)
         src_path, tgt_path = self.path(split, source), self.path(split, target)
         src, tgt = iter_lines(src_path), iter_lines(tgt_path)
         count = 0
         while limit is None or count < limit:
-            s, t = next(src, None), next(tgt, None)
-            if s is None or t is None:
-                if s is not None or t is not None:
-                    short, long = (tgt_path, src_path) if s is not None else (src_path, tgt_path)
-                    raise CorpusError(f"{short}: ends after line {count}, but {long} has a line {count + 1}: "
-                                      "a parallel corpus needs one line per pair")  # fmt: skip
+            want = size if limit is None else min(size, limit - count)
+            sources, targets = list(islice(src, want)), list(islice(tgt, want))
+            if len(sources) != len(targets):
+                short, long = (tgt_path, src_path) if len(sources) > len(targets) else (src_path, tgt_path)
+                n = count + min(len(sources), len(targets))
+                raise CorpusError(f"{short}: ends after line {n}, but {long} has a line {n + 1}: "
+                                  "a parallel corpus needs one line per pair")  # fmt: skip
+            if sources:
+                yield sources, targets
+            count += len(sources)
+            if len(sources) < want:
                 break
-            count += 1
-            yield s, t
         if count == 0:
             raise CorpusError(f"{src_path}: no lines: split '{split}' of corpus '{self.name}' is empty")
 
@@ -109,20 +120,52 @@ def read_lines(path: Path) -> list[str]:
 def iter_lines(path: Path) -> Iterator[str]:
     """The lines of a text file (plain or .gz) without their ends, as Python's text mode splits them (at \\n, \\r\\n
     and a lone \\r), read in binary so that a line that is not UTF-8 is named by its number."""
+    return chain.from_iterable(line_blocks(path))
+
+
+def line_blocks(path: Path, block: int = 1 << 22) -> Iterator[list[str]]:
+    """`iter_lines`'s lines, a list of them for every `block` bytes read: decoded a block at a time (a newline byte
+    never falls inside a UTF-8 character), line by line only to name the line that is not UTF-8."""
     opener: Callable = gzip.open if path.suffix == ".gz" else open
     try:
         with opener(path, "rb") as f:
-            for number, raw in enumerate(f, 1):
-                try:
-                    line = raw.decode("utf-8")
-                except UnicodeDecodeError as error:
-                    why = f"{error.reason} at byte {error.start}"
-                    raise CorpusError(f"{path}: line {number}: not UTF-8 ({why})") from None
-                line = line[:-1] if line.endswith("\n") else line
-                line = line[:-1] if line.endswith("\r") else line
-                yield from line.split("\r") if "\r" in line else (line,)
+            before, rest = 0, b""  # lines in the blocks before; the unfinished line after the last newline
+            while True:
+                data = f.read(block)
+                if data:
+                    data = rest + data
+                    cut = data.rfind(b"\n") + 1
+                    raw, rest = data[:cut], data[cut:]
+                    if not raw:
+                        continue
+                else:
+                    raw, rest = rest, b""  # the last line, without a newline
+                    if not raw:
+                        return
+                yield _decoded(raw, path, before)
+                before += raw.count(b"\n") + (not raw.endswith(b"\n"))
     except (OSError, EOFError) as error:
         raise CorpusError(f"{path}: cannot read: {error}") from None
+
+
+def _decoded(raw: bytes, path: Path, before: int) -> list[str]:
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        lines = raw.split(b"\n")
+        for number, line in enumerate(lines, before + 1):
+            try:
+                (line + b"\n" if number - before < len(lines) else line).decode("utf-8")  # as a line reads it
+            except UnicodeDecodeError as error:
+                why = f"{error.reason} at byte {error.start}"
+                raise CorpusError(f"{path}: line {number}: not UTF-8 ({why})") from None
+        raise
+    lines = text.split("\n")
+    if text.endswith("\n"):
+        lines.pop()
+    if "\r" in text:  # a line's \r\n end, then a lone \r splits it
+        lines = [part for line in lines for part in (line[:-1] if line.endswith("\r") else line).split("\r")]
+    return lines
 
 
 def sha256(path: Path) -> str:

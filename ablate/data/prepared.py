@@ -28,9 +28,9 @@ import shutil
 import sys
 from array import array
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
-from itertools import islice
 from pathlib import Path
 from typing import Any
 
@@ -179,17 +179,22 @@ class Sample(Iterable[tuple[str, str]]):
 
     def __init__(self, corpus: Corpus, data: DataSpec, limit: int):
         self.corpus, self.data, self.limit = corpus, data, limit
-        self.total = sum(1 for _ in self._stream())
+        self.total = sum(len(sources) for sources, _ in self._chunks())
 
-    def _stream(self) -> Iterator[tuple[str, str]]:
+    def _chunks(self) -> Iterator[tuple[list[str], list[str]]]:
         d = self.data
-        return self.corpus.stream(d.train, d.source, d.target, d.max_pairs)
+        return self.corpus.chunks(d.train, d.source, d.target, d.max_pairs, CHUNK)
 
     def __iter__(self) -> Iterator[tuple[str, str]]:
-        if self.total <= self.limit:
-            return self._stream()
-        picked = set(np.linspace(0, self.total - 1, self.limit).round().astype(np.int64).tolist())
-        return (pair for i, pair in enumerate(self._stream()) if i in picked)
+        picked = np.ones(self.total, dtype=bool)
+        if self.total > self.limit:
+            picked[:] = False
+            picked[np.linspace(0, self.total - 1, self.limit).round().astype(np.int64)] = True
+        start = 0
+        for sources, targets in self._chunks():
+            for i in np.flatnonzero(picked[start : start + len(sources)]).tolist():
+                yield sources[i], targets[i]
+            start += len(sources)
 
 
 def write_split(corpus: Corpus, data: DataSpec, split: str, src_vocab: Vocabulary, tgt_vocab: Vocabulary,
@@ -203,31 +208,45 @@ def write_split(corpus: Corpus, data: DataSpec, split: str, src_vocab: Vocabular
     code, dtype = ("H", "<u2") if max(len(src_vocab), len(tgt_vocab)) <= 1 << 16 else ("i", "<i4")
     digests = {name: hashlib.sha256() for name in FILES}
     src_len, tgt_len, words = array("i"), array("i"), array("i")
+
+    def encoded(sources: list[str], targets: list[str]) -> tuple[list[list[int]], list[list[int]]]:
+        return src_vocab.encode(sources), tgt_vocab.encode(targets)
+
+    def write(src_ids: list[list[int]], tgt_ids: list[list[int]]) -> None:
+        src, tgt = array(code), array(code)
+        for ids in src_ids:
+            src.extend(ids)
+            src.append(EOS)
+        for ids in tgt_ids:
+            tgt.append(BOS)
+            tgt.extend(ids)
+            tgt.append(EOS)
+        src_len.extend(len(ids) + 1 for ids in src_ids)
+        tgt_len.extend(len(ids) + 2 for ids in tgt_ids)
+        for name, block, file in (("src.bin", src, src_file), ("tgt.bin", tgt, tgt_file)):
+            if sys.byteorder == "big":
+                block.byteswap()
+            data_bytes = block.tobytes()
+            file.write(data_bytes)
+            digests[name].update(data_bytes)
+
+    # The tokenizers library encodes a chunk on every core without the GIL; meanwhile this thread reads the next
+    # chunk and writes the one before, in order.
     done = 0
-    with open(tmp / "src.bin", "wb") as src_file, open(tmp / "tgt.bin", "wb") as tgt_file:
-        pairs = corpus.stream(split, data.source, data.target, data.max_pairs)
-        while chunk := list(islice(pairs, CHUNK)):
-            sources, targets = [p[0] for p in chunk], [p[1] for p in chunk]
-            src_ids, tgt_ids = src_vocab.encode(sources), tgt_vocab.encode(targets)
-            src, tgt = array(code), array(code)
-            for ids in src_ids:
-                src.extend(ids)
-                src.append(EOS)
-            for ids in tgt_ids:
-                tgt.append(BOS)
-                tgt.extend(ids)
-                tgt.append(EOS)
-            src_len.extend(len(ids) + 1 for ids in src_ids)
-            tgt_len.extend(len(ids) + 2 for ids in tgt_ids)
+    with open(tmp / "src.bin", "wb") as src_file, open(tmp / "tgt.bin", "wb") as tgt_file, \
+            ThreadPoolExecutor(1) as encoder:  # fmt: skip
+        pending: tuple[Future, int] | None = None
+        for sources, targets in corpus.chunks(split, data.source, data.target, data.max_pairs, CHUNK):
+            submitted = encoder.submit(encoded, sources, targets)
             words.extend(len(s.split()) for s in sources)
-            for name, block, file in (("src.bin", src, src_file), ("tgt.bin", tgt, tgt_file)):
-                if sys.byteorder == "big":
-                    block.byteswap()
-                data_bytes = block.tobytes()
-                file.write(data_bytes)
-                digests[name].update(data_bytes)
-            done += len(chunk)
-            report(f"encoding {split}", done, None)
+            if pending is not None:
+                write(*pending[0].result())
+                done += pending[1]
+                report(f"encoding {split}", done, None)
+            pending = (submitted, len(sources))
+        if pending is not None:
+            write(*pending[0].result())
+            report(f"encoding {split}", done + pending[1], None)
         for file in (src_file, tgt_file):
             file.flush()
             os.fsync(file.fileno())
