@@ -11,7 +11,12 @@ are Multi30k's val and test2016), then measures, with ABLATE_CACHE_DIR and the r
              size, one on Multi30k and one on the large corpus, one core each, `--steps` steps: the seconds from
              the command to each run's first step, the peak resident memory of the sweep process and of each
              worker, and each run's training tok/s (their ratio is the figure: one machine, one moment);
-3. two on the large corpus  the large corpus's run with two seeds at once: their summed peak memory.
+3. two on the large corpus  the large corpus's run with two seeds at once: their summed peak memory;
+4. loading       in this process, for each corpus: the seconds to plan an epoch (its batches' index arrays), and
+             the milliseconds to collate each of its first 200 batches from the memory map and from the same pairs
+             held as lists (what the in-memory path did), beside the run's milliseconds a step: what reading the
+             map costs a step, apart from the two corpora's different sentence lengths, which the tok/s ratio
+             of step 2 also measures.
 
     ABLATE_DATA_DIR=... python benchmarks/scale.py [--pairs 4500000] [--steps 100] [--work DIR]
 
@@ -173,8 +178,16 @@ def main() -> None:
     parser.add_argument("--pairs", type=int, default=4_500_000, help="training pairs of the large corpus")
     parser.add_argument("--steps", type=int, default=100, help="training steps of each run")
     parser.add_argument("--work", type=Path, default=Path("/tmp/ablate-scale"), help="corpus, cache and results")
+    parser.add_argument("--loading-only", action="store_true",
+                        help="only step 4, added to the scale.json that an earlier run left in --work")  # fmt: skip
     args = parser.parse_args()
     work = args.work.resolve()
+    if args.loading_only:
+        figures = json.loads((work / "scale.json").read_text())
+        figures["loading"] = loading(work / "scale.yaml", work)
+        (work / "scale.json").write_text(json.dumps(figures, indent=2) + "\n")
+        print(table(figures))
+        return
     build_corpus(work / "corpus", args.pairs)
     spec = experiment(work, args.steps)
     env = os.environ | {"ABLATE_CACHE_DIR": str(work / "cache"), "COLUMNS": "200"}
@@ -199,10 +212,43 @@ def main() -> None:
     figures["two_large"] = timed(["run", str(spec), "--only", "large", "--seeds", "2", "--results",
                                   str(work / "two_large"), "--threads-per-run", "1"], env,
                                  {"seed 1": runs / "seed-1", "seed 2": runs / "seed-2"})  # fmt: skip
+    figures["loading"] = loading(spec, work)
     for phase in ("prepare", "prepared", "side_by_side", "two_large"):
         figures[phase].pop("output")
     (work / "scale.json").write_text(json.dumps(figures, indent=2) + "\n")
     print(table(figures))
+
+
+def loading(spec: Path, work: Path, batches: int = 200) -> dict:
+    """Each run's epoch plan and collation, timed here: from the map and from lists of the same pairs."""
+    os.environ["ABLATE_CACHE_DIR"] = str(work / "cache")
+    from ablate.data.batches import collate
+    from ablate.data.dataset import load_dataset
+    from ablate.sweep.experiment import load_experiment
+    from ablate.train.trainer import updates_of
+
+    out = {}
+    for run in load_experiment(spec).runs:
+        training = run.spec.training
+        width = training.bucket_width("fp32")  # the runs' precision on a CPU without native bf16
+        train = load_dataset(run.spec.data, run.spec.tokenizer).train
+        started = time.perf_counter()
+        plan = [b for update in updates_of(train, training, 0, width) for b in update]
+        plan_s = time.perf_counter() - started
+        chosen = plan[:batches]
+        started = time.perf_counter()
+        for idx in chosen:
+            collate([train[i] for i in idx.tolist()], width)
+        mapped_ms = (time.perf_counter() - started) / len(chosen) * 1000
+        lists = [[train[i] for i in idx.tolist()] for idx in chosen]
+        started = time.perf_counter()
+        for examples in lists:
+            collate(examples, width)
+        lists_ms = (time.perf_counter() - started) / len(chosen) * 1000
+        record = json.loads((work / "side_by_side/scale/runs" / run.name / "seed-1/result.json").read_text())
+        out[run.name] = {"pairs": len(train), "plan_s": plan_s, "batches": len(plan), "collate_mapped_ms": mapped_ms,
+                         "collate_lists_ms": lists_ms, "step_ms": record["step_ms"]}  # fmt: skip
+    return out
 
 
 def result_tok_s(results: Path, run: str) -> float:
@@ -239,6 +285,11 @@ def table(f: dict) -> str:
         ("train tok/s, large / Multi30k", f"{f['tok_s']['large']:,.0f} / {f['tok_s']['baseline']:,.0f} = "
                                           f"{ratio:.3f}×"),
     ]  # fmt: skip
+    for run, name in (("large", "large"), ("baseline", "Multi30k")):
+        load = f["loading"][run]
+        rows.append((f"{name}: an epoch's plan; collating a batch from the map / from lists; a step",
+                     f"{load['plan_s']:.1f} s ({load['batches']:,} batches); {load['collate_mapped_ms']:.2f} / "
+                     f"{load['collate_lists_ms']:.2f} ms; {load['step_ms']:,.0f} ms"))  # fmt: skip
     head = f"{f['pairs']:,} pairs, {f['steps']} steps a run, {f['cpu']}\n\n| measure | figure |\n|---|---|\n"
     return head + "\n".join(f"| {a} | {b} |" for a, b in rows)
 
