@@ -180,3 +180,18 @@ def test_the_transformer_tiny_spread_of_reference_readme_is_the_reference_file_s
         assert rows[f"tolerance (k = {k:.2f})"][i].strip() == f"± {k * sd:.{digits}f}", name
     for seed, run in ref.expected.seeds.items():
         assert rows[str(seed)][3].strip() == f"{max(run.valid_loss):,}"
+
+
+def test_the_speed_findings_are_the_committed_benches():
+    """docs/findings.md's speed table, its baselines' figures and the benches' rounds are what the six committed
+    speed.json files say (scripts/speed_findings.py prints them): a bench measured again changes them together."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("speed_findings", ROOT / "scripts" / "speed_findings.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    findings = (ROOT / "docs" / "findings.md").read_text()
+    assert module.table() in findings
+    flat = " ".join(findings.split())
+    assert module.baselines() in flat
+    assert module.rounds() in flat
