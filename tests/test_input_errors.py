@@ -116,8 +116,11 @@ def ctrl_c(tmp_path, when: str):
         [sys.executable, "-m", "ablate.cli", "run", str(SMOKE), "--only", "baseline", "--results", str(tmp_path),
          "--set", "training.max_steps=3000", "--set", "training.checkpoint_every=1000"],
         cwd=ROOT, env=os.environ | {"PYTHONUNBUFFERED": "1"}, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-        text=True,
+        text=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )  # fmt: skip
+    # SIGINT as a terminal's shell leaves it to a command it starts: an xdist worker may have it ignored, and a
+    # process that inherits it ignored hears no Ctrl-C until `ablate run` takes it back, later than 1.5 s on a busy
+    # machine
     deadline = time.monotonic() + 120
     if when == "at once":
         time.sleep(1.5)  # within the command's imports (before them, Python itself starts: no handler of ours yet)
