@@ -130,7 +130,7 @@ def test_lines_read_a_block_at_a_time_are_pythons_text_mode_lines(tmp_path, bloc
         text = "".join(rng.choice(pieces) for _ in range(rng.randint(0, 50)))
         path = tmp_path / ("t.gz" if trial % 3 == 0 else "t.txt")
         (gzip.open if trial % 3 == 0 else open)(path, "wb").write(text.encode())
-        with (gzip.open(path, "rt", encoding="utf-8") if trial % 3 == 0 else open(path, encoding="utf-8")) as f:
+        with gzip.open(path, "rt", encoding="utf-8") if trial % 3 == 0 else open(path, encoding="utf-8") as f:
             expected = f.read().split("\n")
         expected = expected[:-1] if expected[-1] == "" else expected
         assert [line for lines in line_blocks(path, block) for line in lines] == expected, (text, block)
