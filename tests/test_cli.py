@@ -87,3 +87,10 @@ def test_report_output_takes_its_format_from_the_suffix_or_says_what_is_missing(
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and not (tmp_path / "table.txt").exists()
     assert "--output" in bad.stderr and "--format md, csv, latex or html" in bad.stderr
     assert "written" not in bad.stdout
+    (tmp_path / "tables").mkdir()
+    (tmp_path / "a-file").write_text("kept")
+    for wrong, why in ((["--format", "md", "--output", str(tmp_path / "tables")], "a directory, where --format md"),
+                       (["--output", str(tmp_path / "a-file" / "table.md")], "table.md: not written (")):  # fmt: skip
+        bad = cli(*args, *wrong)
+        assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and why in bad.stderr, bad.stderr
+    assert (tmp_path / "a-file").read_text() == "kept" and not any((tmp_path / "tables").iterdir())

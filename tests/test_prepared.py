@@ -203,6 +203,36 @@ def test_a_truncated_or_corrupted_file_is_found_and_prepared_again(tmp_path):
     result = cli("data", "prepare", str(spec), env=env)
     assert f"{train}: src.bin fails its SHA-256 (corrupted): prepared again" in result.stdout + result.stderr
     assert (train / "src.bin").read_bytes() == whole
+    meta = json.loads((train / "meta.json").read_text())
+    for damage in ({"bytes": {"tgt.bin": 1}}, {"tokens": None}, {"sha256": {**meta["sha256"], "index.npy": None}}):
+        (train / "meta.json").write_text(json.dumps(meta | damage))  # JSON still, but not the meta.json of a split
+        result = cli("data", "prepare", str(spec), env=env)
+        assert result.returncode == 0 and "Traceback" not in result.stderr, result.stderr
+        assert re.search(rf"{re.escape(str(train))}: meta.json unreadable \(.+\): prepared again", result.stdout
+                         + result.stderr), result.stdout + result.stderr  # fmt: skip
+        assert json.loads((train / "meta.json").read_text()) == meta and (train / "src.bin").read_bytes() == whole
+
+
+def test_a_preparation_that_fails_leaves_no_temporary_folder_and_a_full_disk_is_one_line(tmp_path, monkeypatch):
+    from ablate.data import prepared
+    from ablate.data.corpus import CorpusError
+
+    spec = experiment(tmp_path, files_corpus(tmp_path, pairs=500)[1])
+    monkeypatch.setenv("ABLATE_CACHE_DIR", str(tmp_path / "cache"))
+    run = ablate.load_experiment(spec).runs[0].spec
+
+    def full(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(prepared.np, "save", full)
+    with pytest.raises(CorpusError, match=r"train\.\w+: could not be written \(No space left on device\)$"):
+        prepared.prepare(run.data, run.tokenizer)
+    assert not list((tmp_path / "cache").glob("corpora/*/.*.tmp"))  # the encoded tokens went with it
+    assert not whole_splits(tmp_path / "cache")
+    monkeypatch.undo()
+    monkeypatch.setenv("ABLATE_CACHE_DIR", str(tmp_path / "cache"))
+    made = prepared.prepare(run.data, run.tokenizer)
+    assert len(made.pairs("train")) == 500 and whole_splits(tmp_path / "cache") == ["train", "val"]
 
 
 def test_two_processes_preparing_one_corpus_prepare_it_once(tmp_path):
@@ -239,6 +269,7 @@ def test_bad_corpus_files_are_one_line_naming_the_file_and_the_line(tmp_path, sp
         )
         assert result.returncode == 2, result.stderr
         assert len(result.stderr.strip().splitlines()) == 1 and re.search(message, result.stderr), result.stderr
+        assert not list(tmp_path.glob("corpora/*/.*.tmp"))  # a split that failed half-written leaves nothing
     assert not (tmp_path / "r/e/runs/baseline/seed-1/result.json").exists()
 
 

@@ -36,7 +36,7 @@ from typing import Any
 
 import numpy as np
 
-from ablate.data.corpus import CORPUS, Corpus, CorpusError, data_dir
+from ablate.data.corpus import CORPUS, Corpus, CorpusError, data_dir, sha256
 from ablate.data.preprocess import behind, prepare_pairs
 from ablate.data.spec import DataSpec
 from ablate.data.tokenizer import BOS, EOS, TokenizerSpec, Vocabulary, vocabularies
@@ -123,10 +123,13 @@ def prepare(data: DataSpec, tokenizer: TokenizerSpec, report: Report = _quiet, s
         corpus.check(split, data.source, data.target)
     folder = cache_dir() / "corpora" / key_of(data, tokenizer, corpus)
     wanted = {split: folder / f"{split}.{content_key(corpus, split, data)}" for split in (data.train, data.valid)}
-    if not all(whole(path, verify, say) for path in wanted.values()) or not (folder / "vocabulary").is_dir():
+    if (
+        not all(whole(path, verify, say) for path in wanted.values())
+        or not vocabulary_file(folder, tokenizer).is_file()
+    ):
         with locked(folder, say):
             for split, path in wanted.items():
-                if not whole(path, verify, say):
+                if not whole(path, verify, _quiet):  # again under the lock: another process may have made it
                     src_vocab, tgt_vocab = vocabularies_of(corpus, data, tokenizer, folder, report)
                     write_split(corpus, data, split, src_vocab, tgt_vocab, path, report)
             vocabularies_of(corpus, data, tokenizer, folder, report)
@@ -166,11 +169,16 @@ def vocabularies_of(corpus: Corpus, data: DataSpec, tokenizer: TokenizerSpec, fo
     """The vocabularies under `folder`, learned first where they are not there: from the training pairs, or from at
     most tokenizer.max_sentences of them, evenly spaced, when the split is larger."""
     target = folder / "vocabulary"
-    if (target / ("joint.json" if tokenizer.joint else "target.json")).is_file():
+    if vocabulary_file(folder, tokenizer).is_file():
         return behind(vocabularies(None, tokenizer, target), data)
     report("learning the vocabulary", 0, None)
     pairs = prepare_pairs(Sample(corpus, data, tokenizer.max_sentences), data)  # lowercased, tokenised: data.tokenize
     return behind(vocabularies(pairs, tokenizer, target), data)
+
+
+def vocabulary_file(folder: Path, tokenizer: TokenizerSpec) -> Path:
+    """The file whose presence says a prepared corpus's vocabularies were written whole (written last of them)."""
+    return folder / "vocabulary" / ("joint.json" if tokenizer.joint else "target.json")
 
 
 class Sample(Iterable[tuple[str, str]]):
@@ -200,11 +208,36 @@ class Sample(Iterable[tuple[str, str]]):
 def write_split(corpus: Corpus, data: DataSpec, split: str, src_vocab: Vocabulary, tgt_vocab: Vocabulary,
                 folder: Path, report: Report) -> None:  # fmt: skip
     """Encodes a split chunk by chunk into a temporary folder beside `folder`, then renames it into place: a process
-    killed at any moment leaves no folder of that name, or a whole one."""
-    for stale in folder.parent.glob(f".{folder.name}.*.tmp"):  # a killed preparation's: the lock is ours now
+    killed at any moment leaves no folder of that name, or a whole one; one that fails removes its temporary folder,
+    and a disk that fills is one line."""
+    for stale in folder.parent.glob(".*.tmp"):  # a killed preparation's, of any split or content: the lock is ours
         shutil.rmtree(stale, ignore_errors=True)
     tmp = folder.with_name(f".{folder.name}.{os.getpid()}.tmp")
     tmp.mkdir(parents=True)
+    try:
+        _write_split(corpus, data, split, src_vocab, tgt_vocab, tmp, report)
+        if folder.exists():
+            shutil.rmtree(folder)
+        os.replace(tmp, folder)
+        _fsync_dir(folder.parent)
+    except BaseException as error:
+        shutil.rmtree(tmp, ignore_errors=True)
+        if isinstance(error, OSError):
+            raise CorpusError(f"{folder}: could not be written ({error.strerror or error})") from None
+        raise
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _write_split(corpus: Corpus, data: DataSpec, split: str, src_vocab: Vocabulary, tgt_vocab: Vocabulary,
+                 tmp: Path, report: Report) -> None:  # fmt: skip
+    """write_split's work: the split's files and their meta.json, last, in `tmp`, each synced to the disk."""
     code, dtype = ("H", "<u2") if max(len(src_vocab), len(tgt_vocab)) <= 1 << 16 else ("i", "<i4")
     digests = {name: hashlib.sha256() for name in FILES}
     src_len, tgt_len, words = array("i"), array("i"), array("i")
@@ -251,16 +284,16 @@ def write_split(corpus: Corpus, data: DataSpec, split: str, src_vocab: Vocabular
             file.flush()
             os.fsync(file.fileno())
     index = np.stack([np.frombuffer(a, dtype=np.int32) for a in (src_len, tgt_len, words)], axis=1)
-    np.save(tmp / "index.npy", index.astype("<i4"))
+    with open(tmp / "index.npy", "wb") as file:
+        np.save(file, index.astype("<i4"))
+        file.flush()
+        os.fsync(file.fileno())
     digests["index.npy"].update((tmp / "index.npy").read_bytes())
     meta = {"format": FORMAT, "split": split, "pairs": len(index), "dtype": dtype,
             "tokens": {"src.bin": int(index[:, 0].sum()), "tgt.bin": int(index[:, 1].sum())},
             "bytes": {name: (tmp / name).stat().st_size for name in FILES},
             "sha256": {name: digest.hexdigest() for name, digest in digests.items()}}  # fmt: skip
     write_json(tmp / "meta.json", meta)
-    if folder.exists():
-        shutil.rmtree(folder)
-    os.replace(tmp, folder)
 
 
 def read_json_safe(path: Path) -> dict[str, Any]:
@@ -277,42 +310,38 @@ def problem(folder: Path, verify: bool) -> str | None:
         return "missing" if not folder.exists() else "meta.json missing"
     try:
         meta = json.loads(meta_path.read_text(encoding="utf-8"))
-        sizes, sums, dtype = meta["bytes"], meta["sha256"], np.dtype(meta["dtype"])
         if meta["format"] != FORMAT:
             return f"format {meta['format']}, this ablate reads {FORMAT}"
-    except (OSError, ValueError, KeyError, TypeError) as error:
+        sizes, sums, dtype = meta["bytes"], meta["sha256"], np.dtype(meta["dtype"])
+        tokens = {name: meta["tokens"][name] for name in ("src.bin", "tgt.bin")}
+        if not all(isinstance(sizes.get(name), int) and isinstance(sums.get(name), str) for name in FILES) or \
+                not all(isinstance(n, int) for n in tokens.values()):  # fmt: skip
+            raise ValueError("a size, token count or checksum missing or not a number")
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as error:
         return f"meta.json unreadable ({error})"
     for name in FILES:
         path = folder / name
         size = path.stat().st_size if path.is_file() else None
-        if size != sizes.get(name):
-            return f"{name} is {'missing' if size is None else f'{size:,} bytes'}, meta.json says {sizes.get(name):,}"
-    for name, tokens in meta["tokens"].items():
-        if sizes[name] != tokens * dtype.itemsize:
-            return f"{name} holds {sizes[name] // dtype.itemsize:,} tokens, its index {tokens:,}"
+        if size != sizes[name]:
+            return f"{name} is {'missing' if size is None else f'{size:,} bytes'}, meta.json says {sizes[name]:,}"
+    for name, count in tokens.items():
+        if sizes[name] != count * dtype.itemsize:
+            return f"{name} holds {sizes[name] // dtype.itemsize:,} tokens, its index {count:,}"
     if verify:
         for name in FILES:
-            if sha256_of(folder / name) != sums.get(name):
+            if sha256(folder / name) != sums[name]:
                 return f"{name} fails its SHA-256 (corrupted)"
     return None
 
 
 def whole(folder: Path, verify: bool, say: Say) -> bool:
-    """Whether a prepared split can be read; a damaged one is said and moved out of the way."""
+    """Whether a prepared split can be read; a damaged one is said (write_split replaces it)."""
     why = problem(folder, verify)
     if why is None:
         return True
     if why != "missing":
         say(f"{folder}: {why}: prepared again")
     return False
-
-
-def sha256_of(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 22), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 @contextmanager

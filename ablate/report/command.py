@@ -51,6 +51,9 @@ def report(results_dir: Path, options: ReportOptions, out) -> int:
             raise UserError(f"ablate report: --output {options.output}: give --format md, csv, latex or html, a file "
                             f"ending in {', '.join(SUFFIXES)}, or a directory for the whole report")  # fmt: skip
         folder, fmt = (options.output, "terminal") if not fmt else (None, fmt)
+    if options.output is not None and folder is None and options.output.is_dir():
+        raise UserError(f"ablate report: --output {options.output}: a directory, where --format {fmt} writes one "
+                        "file; name a file, or leave out --format for the whole report in the directory")  # fmt: skip
     view = options.view
     experiments = find_experiments(results_dir)
     if folder is not None and view:
@@ -68,13 +71,22 @@ def report(results_dir: Path, options: ReportOptions, out) -> int:
             print_report(out, built, compact=compact)
         if folder is not None or not (view or options.no_files):
             where = None if folder is None else folder / directory.name if len(experiments) > 1 else folder
-            written += write_report(built, compact=compact, folder=where)
+            try:
+                written += write_report(built, compact=compact, folder=where)
+            except OSError as error:
+                target = where or directory / "report"
+                raise UserError(f"ablate report: {target}: not written ({error.strerror or error})") from None
             if not figures.available():
                 say(out, "plots: not drawn, matplotlib (a dependency of ablate) is missing: pip install "
                     "'matplotlib>=3.7'")  # fmt: skip
     text = render_all(reports, fmt, compact=compact) if fmt != "terminal" else ""
     if options.output is not None and folder is None:
-        write_text(options.output, text)
+        try:
+            write_text(options.output, text)
+        except OSError as error:
+            raise UserError(
+                f"ablate report: --output {options.output}: not written ({error.strerror or error})"
+            ) from None
         out.out(f"written: {options.output}", highlight=False)  # a path: one line, whatever the width
     elif text:
         sys.stdout.write(text)
@@ -104,7 +116,11 @@ def after_run(directory: Path, trained: bool, out, table: tuple | None = None) -
     print_report(out, built)
     page = directory / "report" / "index.html"
     if trained:
-        write_report(built)
+        try:
+            write_report(built)
+        except OSError as error:  # the runs are finished and kept: only the page is missing
+            say(out, f"page: not written ({error.strerror or error}); `ablate report {directory}` writes it")
+            return
         say(out, f"page: {page}")
     elif page.is_file():
         say(out, f"page: {page} (nothing trained now: `ablate report {directory}` writes it again)")
