@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import unicodedata
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -55,6 +56,10 @@ def write(directory: Path, split: str, statistics: BleuStatistics) -> None:
     write_text(statistics_path(directory, split), "{\n" + ",\n".join([*fields, f'  "rows": [\n{rows}\n  ]']) + "\n}\n")
 
 
+def nfc(text: str) -> str:
+    return unicodedata.normalize("NFC", text)
+
+
 def sha256(data: str | bytes) -> str:
     return hashlib.sha256(data.encode() if isinstance(data, str) else data).hexdigest()
 
@@ -67,14 +72,16 @@ class References:
         from sacrebleu.metrics import BLEU
 
         self.size, self.lowercase = len(references), lowercase
-        self.sha256 = sha256("\n".join(references))
-        self._metric = BLEU(lowercase=lowercase, references=[list(references)])
+        self.sha256 = sha256("\n".join(references))  # of the text as read: the file's identity
+        self._metric = BLEU(lowercase=lowercase, references=[[nfc(r) for r in references]])
 
     def count(self, hypotheses: Sequence[str]) -> np.ndarray:
-        """(N, 10) each hypothesis's statistics against its reference, in COLUMNS' order."""
+        """(N, 10) each hypothesis's statistics against its reference, in COLUMNS' order, both sides NFC-normalised
+        as the run's BLEU was scored (ablate.train.evaluation.score): their sums give its corpus BLEU."""
         if len(hypotheses) != self.size:
             raise ValueError(f"{len(hypotheses)} hypotheses for {self.size} references")
-        return np.array(self._metric._extract_corpus_statistics(list(hypotheses), None), dtype=np.float64)
+        rows = self._metric._extract_corpus_statistics([nfc(h) for h in hypotheses], None)
+        return np.array(rows, dtype=np.float64)
 
     def of(self, directory: Path, split: str) -> BleuStatistics | None:
         """The statistics of a run's hypotheses of `split` (read as a report reads them); None where it has none."""

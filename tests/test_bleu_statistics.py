@@ -68,6 +68,24 @@ def test_the_kept_statistics_are_sacrebleus_count_of_the_hypotheses_file(tmp_pat
     assert statistics_path(run, SPLIT).stat().st_size < 30 * len(kept_.rows)  # one row a line, about 27 bytes
 
 
+def test_references_in_nfd_are_counted_as_the_run_was_scored():
+    """The worker scores both sides in NFC (evaluation.score): the statistics' sums give that BLEU, whatever the
+    references' normal form (German's umlauts written as a letter and a combining diaeresis)."""
+    import unicodedata
+
+    from sacrebleu.metrics import BLEU
+
+    from ablate.train.evaluation import score
+
+    refs = references(read_config(RESULTS / "pe" / RUNS / "baseline" / "seed-1"), SPLIT)
+    hypotheses = read_hypotheses(RESULTS / "pe" / RUNS / "baseline" / "seed-1", SPLIT)
+    nfd = [unicodedata.normalize("NFD", r) for r in refs]
+    assert sum(a != b for a, b in zip(nfd, refs, strict=True)) > 100  # many references change
+    sums = list(np.sum(References(nfd, False).count(hypotheses), axis=0))
+    assert round(BLEU()._compute_score_from_stats(sums).score, 2) == score(hypotheses, nfd).bleu == score(
+        hypotheses, refs).bleu  # fmt: skip
+
+
 def test_statistics_of_other_hypotheses_or_another_case_are_not_read(tmp_path):
     run = tmp_path / "seed-1"
     shutil.copytree(RESULTS / "pe" / RUNS / "baseline" / "seed-1" / HYPOTHESES, run / HYPOTHESES)
