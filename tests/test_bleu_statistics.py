@@ -158,6 +158,7 @@ def test_without_statistics_or_the_corpus_a_note_names_the_run_and_nothing_is_ma
     assert note.startswith("len ratio, ΔBLEU intervals, p and verdicts not computed: ")
     assert f"{experiment / RUNS / 'baseline' / 'seed-2'}: it has no hypotheses/{SPLIT}.bleu.json, and the test " in note
     assert f"references are not readable: {nowhere / 'multi30k'}: missing" in note
+    assert note.endswith("(point ABLATE_DATA_DIR at the corpora, or run: ablate data download multi30k)")
     assert not nowhere.exists()
 
 

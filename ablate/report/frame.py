@@ -17,7 +17,7 @@ import pandas as pd
 from ablate.errors import UserError, did_you_mean
 from ablate.record import SpeedRecord, Status
 from ablate.report.decide import UNDECIDED, Decision, Design
-from ablate.report.results import ExperimentResults, JobRecord, SentenceStatistics, bleus
+from ablate.report.results import ExperimentResults, JobRecord, SentenceStatistics, UnreadableReferencesError, bleus
 from ablate.report.significance import POWER_NOTE, Interval, Spread, lacks_spread, no_spread_note, pooled_sd, seeds_for
 from ablate.report.verdicts import Declared, fixed, sequential, verdict_note
 
@@ -63,9 +63,12 @@ def compare(exp: ExperimentResults, split: str, test: str, p_values: bool = True
     try:
         sentences.of([j for jobs in exp.runs.values() for j in scored(jobs)])  # kept beside the hypotheses, or counted
     except UserError as error:
+        hint = ""
+        if isinstance(error, UnreadableReferencesError):
+            download = "" if sentences.corpus == "files" else f", or run: ablate data download {sentences.corpus}"
+            hint = f" (point ABLATE_DATA_DIR at the corpora{download})"
         out.notes.append(f"{'len ratio' if test == 'none' else 'len ratio, ΔBLEU intervals, p and verdicts'} not "
-                         f"computed: {error.lines[0]} (point ABLATE_DATA_DIR at the corpora, or run: ablate data "
-                         "download multi30k)")  # fmt: skip
+                         f"computed: {error.lines[0]}{hint}")  # fmt: skip
         return out
     score, stats = sentences.score, sentences.of
 

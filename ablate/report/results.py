@@ -136,6 +136,10 @@ def load_results(directory: Path) -> ExperimentResults:
     return ExperimentResults(name, directory, {r: runs[r] for r in ranked})
 
 
+class UnreadableReferencesError(UserError):
+    """A run's BLEU statistics are not kept, and the test references to count them from are not on disk."""
+
+
 class SentenceStatistics:
     """Each job's per-sentence BLEU statistics on one test split, read once: those kept beside its hypotheses
     (hypotheses/<split>.bleu.json, ablate.bleu_statistics), or, where it has none of those hypotheses, counted from
@@ -144,12 +148,14 @@ class SentenceStatistics:
     The references are read only where they are on disk: a report fetches nothing and makes no folder. They and
     the statistics of each distinct set of hypotheses are kept for the whole process: a report compares the same
     runs again at each budget point and each look of a sequential design. `of` raises UserError, naming the run,
-    for a job whose statistics are not kept and whose references cannot be read."""
+    for a job whose statistics are not kept and whose references cannot be read (UnreadableReferencesError)."""
 
     def __init__(self, config: dict[str, Any], split: str):
         from ablate.report.significance import corpus_bleu
 
         self.split, self.lowercase = split, bool(config.get("evaluation", {}).get("lowercase", False))
+        corpus = config.get("data", {}).get("corpus", "multi30k")
+        self.corpus = corpus if isinstance(corpus, str) else corpus.get("name", "")
         self.score = corpus_bleu
         self._of: dict[Path, Any] = {}
         self._references: tuple[str, str] | None = None  # their sha256 and whose: the test set's, or the first kept
@@ -184,7 +190,8 @@ class SentenceStatistics:
             self._references = self._references or (record.references_sha256, f"{job.directory}'s")
             return np.array(record.rows, dtype=np.float64)
         if self._against is None:
-            raise UserError(f"{job.directory}: {why}, and the test references are not readable: {self._unreadable}")
+            raise UnreadableReferencesError(f"{job.directory}: {why}, and the test references are not readable: "
+                                       f"{self._unreadable}")  # fmt: skip
         import sacrebleu
 
         digest, against = sha256("\n".join(lines)), self._against
