@@ -19,14 +19,9 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from ablate.data.tokenizer import BOS, EOS, PAD, Vocabulary
+from ablate.data.tokenizer import PAD
 
 Example = tuple[list[int], list[int]]  # source ids + </s>;  <s> + target ids + </s>
-
-
-def encode_pairs(pairs: Sequence[tuple[str, str]], src: Vocabulary, tgt: Vocabulary) -> list[Example]:
-    src_ids, tgt_ids = src.encode([p[0] for p in pairs]), tgt.encode([p[1] for p in pairs])
-    return [([*s, EOS], [BOS, *t, EOS]) for s, t in zip(src_ids, tgt_ids, strict=True)]
 
 
 @dataclass

@@ -113,10 +113,6 @@ class Corpus(Part):
 CORPUS = slot("corpus", Corpus, "the parallel corpus to train and test on")
 
 
-def read_lines(path: Path) -> list[str]:
-    return list(iter_lines(path))
-
-
 def iter_lines(path: Path) -> Iterator[str]:
     """The lines of a text file (plain or .gz) without their ends, as Python's text mode splits them (at \\n, \\r\\n
     and a lone \\r), read in binary so that a line that is not UTF-8 is named by its number."""

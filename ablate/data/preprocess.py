@@ -14,7 +14,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from itertools import islice
-from typing import Any, ClassVar, Protocol
+from typing import ClassVar, Protocol
 
 from ablate.data.tokenizer import Vocabulary
 from ablate.registry import Part, PartParams, PartSpec, slot
@@ -134,12 +134,6 @@ def restore(texts: Sequence[str], language: str, spec: TextSpec) -> list[str]:
 def changes_text(spec: TextSpec) -> bool:
     """Whether the preparation does anything: at the defaults, BPE sees the raw text."""
     return spec.lowercase or not TOKENIZE.declaration(spec.tokenize.name).identity
-
-
-def text_key(spec: TextSpec) -> list[Any]:
-    """The preparation, for the cache key of what a vocabulary learned from: empty at the defaults, so that a key
-    made before the preparation existed still names the same vocabulary."""
-    return [spec.lowercase, spec.tokenize.dump()] if changes_text(spec) else []
 
 
 class PreparedPairs(Iterable[tuple[str, str]]):

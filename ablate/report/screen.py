@@ -64,8 +64,3 @@ def _comparison(console, report: Report, compact: bool, title: str) -> None:
 def _other(console, title: str, frame, notes: list[str] | None = None) -> None:
     console.out("", highlight=False)
     print_table(console, title, frame, notes or [])
-
-
-def page_line(console, where: str) -> None:
-    """The last line: where the page is, or why there is none."""
-    say(console, where)
