@@ -13,7 +13,10 @@ def _interrupted_while_starting(signum: int, frame: object) -> None:
     os._exit(130)
 
 
-if signal.getsignal(signal.SIGINT) is signal.default_int_handler:  # not where SIGINT is ignored (nohup ... &)
+# Only as the command (the `ablate` script, python -m ablate.cli), never for a program that imports this module;
+# and not where SIGINT is ignored (nohup ... &).
+_COMMAND = __name__ == "__main__" or os.path.basename(sys.argv[0]) == "ablate"
+if _COMMAND and signal.getsignal(signal.SIGINT) is signal.default_int_handler:
     signal.signal(signal.SIGINT, _interrupted_while_starting)
 
 import argparse  # noqa: E402 (after the handler above: a Ctrl-C during these imports is one line too)

@@ -138,6 +138,15 @@ def ctrl_c(tmp_path, when: str):
     return process.returncode, err, directory
 
 
+def test_a_program_that_imports_the_cli_keeps_its_own_ctrl_c():
+    """Only the command answers a Ctrl-C while it starts with one line and exit 130; a program that imports
+    ablate.cli (a notebook, a script) still gets KeyboardInterrupt."""
+    probe = "import signal, ablate.cli; print(signal.getsignal(signal.SIGINT) is signal.default_int_handler)"
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=ROOT,
+                          preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # fmt: skip
+    assert done.stdout.strip() == "True", done.stderr
+
+
 @pytest.mark.parametrize("when", ["at once", "as the worker starts", "training"])
 def test_ctrl_c_at_any_moment_is_one_true_line(tmp_path, when):
     code, err, directory = ctrl_c(tmp_path, when)
