@@ -255,5 +255,4 @@ def references(config: dict[str, Any], split: str) -> list[str]:
     missing = [language for language in (data["source"], data["target"]) if not corpus.present(split, language)]
     if missing:
         raise UserError(f"{corpus.root}: missing ({split}, {' and '.join(missing)} of corpus '{corpus.name}')")
-    pairs = corpus.read(split, data["source"], data["target"])
-    return [target for _, target in (pairs[: data["max_pairs"]] if data.get("max_pairs") else pairs)]
+    return [target for _, target in corpus.stream(split, data["source"], data["target"], data.get("max_pairs"))]
