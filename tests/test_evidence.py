@@ -195,3 +195,48 @@ def test_the_speed_findings_are_the_committed_benches():
     flat = " ".join(findings.split())
     assert module.baselines() in flat
     assert module.rounds() in flat
+
+
+def _figure(text: str) -> float:
+    return float(text.replace("−", "-").replace("+", ""))
+
+
+def test_the_readme_findings_table_is_what_the_committed_reports_say():
+    """Each row of the README's findings table (ΔBLEU, interval, verdict, seeds a side) is a row of its experiment's
+    committed report/table.csv, and a row that sums up an experiment's other rows gives their range, their verdicts
+    and their seeds: a seed that lands and changes a report cannot leave the README's answer behind."""
+    import csv
+
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    table = readme[readme.index("| experiment | row | ΔBLEU [95% interval] | verdict | seeds |") :].split("\n\n")[0]
+    matched: dict[str, set[str]] = {}
+    checked = 0
+    for line in table.splitlines()[2:]:
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        experiment = re.sub(r"\[(.+?)\]\(.*\)", r"\1", cells[0])
+        rows = list(csv.DictReader((ROOT / "results" / experiment / "report" / "table.csv").open(encoding="utf-8")))
+        base_n = next(r["n"] for r in rows if r["run"] == "baseline")
+        others = [r for r in rows if r["run"] != "baseline" and r["ΔBLEU"]]  # a row without one has no answer
+        if m := re.fullmatch(r"([−+]\d+\.\d\d) \[([−+]\d+\.\d\d), ([−+]\d+\.\d\d)\]", cells[2]):
+            wanted = tuple(_figure(g) for g in m.groups())
+            found = [r for r in others if (float(r["ΔBLEU"]), float(r["ΔBLEU lo"]), float(r["ΔBLEU hi"])) == wanted]
+            assert found, f"README: {experiment} | {cells[1]}: {cells[2]} is no row of its report"
+            assert cells[3] == found[0]["verdict"], (experiment, cells[1], found[0]["verdict"])
+            assert cells[4] == f"{found[0]['n']} v {base_n}", (experiment, cells[1])
+            matched.setdefault(experiment, set()).add(found[0]["run"])
+        else:  # "its N other rows": the range of their ΔBLEU, how many have each verdict, their seeds a side
+            m = re.fullmatch(r"([−+]\d+\.\d\d) to ([−+]\d+\.\d\d)", cells[2])
+            named = re.search(r"its (\d+) other rows", cells[1])
+            assert m and named, f"README: {experiment} | {cells[1]} | {cells[2]}"
+            rest = [r for r in others if r["run"] not in matched.get(experiment, set())]
+            assert len(rest) == int(named.group(1)), (experiment, [r["run"] for r in rest])
+            deltas = [float(r["ΔBLEU"]) for r in rest]
+            assert (min(deltas), max(deltas)) == (_figure(m.group(1)), _figure(m.group(2))), experiment
+            counts: dict[str, int] = {}
+            for r in rest:
+                counts[r["verdict"]] = counts.get(r["verdict"], 0) + 1
+            said = {item.split(" ", 1)[1]: int(item.split(" ", 1)[0]) for item in cells[3].split(", ")}
+            assert said == counts, (experiment, cells[3], counts)
+            assert set(cells[4].split(", ")) == {f"{r['n']} v {base_n}" for r in rest}, (experiment, cells[4])
+        checked += 1
+    assert checked >= 15
