@@ -228,9 +228,16 @@ def write_split(corpus: Corpus, data: DataSpec, split: str, src_vocab: Vocabular
 
 
 def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
+    """The rename made durable where the file system can sync a directory; some (network ones) refuse, and the split
+    is whole all the same."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
     try:
         os.fsync(fd)
+    except OSError:
+        pass
     finally:
         os.close(fd)
 
