@@ -230,3 +230,29 @@ def test_the_main_command_answers_without_the_corpus(tmp_path):
     assert "+0.73 [−0.79, +2.24]" in rows["rotary"] and "undecided" in rows["rotary"]
     assert run.stdout.strip().splitlines()[-1].startswith("page: results/pe/report/index.html")
     assert not missing.exists()
+
+
+def test_dry_run_prices_a_run_slowed_by_other_work_at_its_typical_step(tmp_path):
+    """A run whose last third of steps ran ten times slower (a test suite beside it, a stopped sweep) is priced at
+    its typical step, and a run at an even pace at its wall time."""
+    import random
+
+    from ablate.record import RunResult
+    from ablate.rundir import append_metrics
+    from ablate.sweep.dryrun import typical_wall
+
+    rng = random.Random(0)
+    steps = {"even": [rng.uniform(80, 150) for _ in range(1500)]}
+    steps["slowed"] = steps["even"][:1000] + [10 * ms for ms in steps["even"][1000:]]
+    wall = {}
+    for name, times in steps.items():
+        directory = tmp_path / name
+        directory.mkdir()
+        for step, ms in enumerate(times, 1):
+            append_metrics(directory, {"step": step, "step_ms": round(ms, 1)})
+        train = sum(times) / 1000 + 30  # with 30 s of validation
+        result = RunResult(run=name, seed=1, status="completed", train_seconds=train, wall_seconds=train + 60)
+        wall[name] = (typical_wall(result, directory), result.wall_seconds)
+    assert wall["even"][0] == pytest.approx(wall["even"][1], rel=0.01)  # a few long batches are not a slowdown
+    assert wall["slowed"][1] > 2.5 * wall["even"][1]
+    assert wall["slowed"][0] == pytest.approx(wall["even"][1], rel=0.15)

@@ -10,9 +10,9 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
-from ablate.record import DesignRecord
+from ablate.record import DesignRecord, RunResult
 from ablate.report.verdicts import design
-from ablate.rundir import DESIGN, Exit, read_design, read_result, run_directories
+from ablate.rundir import DESIGN, Exit, read_design, read_metrics, read_result, run_directories
 from ablate.sweep.design import declare
 from ablate.sweep.experiment import Experiment
 from ablate.sweep.plan import DRY_RUN_COLUMNS, Planned, dry_run_rows, plan
@@ -84,7 +84,7 @@ class Cost:
     """What the planned runs would take, from finished runs of the same experiment: this machine's where it has
     some, else the committed ones' (results/ beside the command) and the machines they ran on."""
 
-    seconds: float  # the jobs' run time, each at its run's median wall time (else the median of every run)
+    seconds: float  # the jobs' run time, each at its run's median typical wall time (else the median of every run)
     measured: int  # finished jobs read
     machines: list[str]  # where they ran, when not on this machine
     results: Path
@@ -93,22 +93,22 @@ class Cost:
     def of(cls, runs: list[str], experiment: str, results: Path) -> Cost:
         here = _this_machine()
         places = list(dict.fromkeys([results.resolve(), Path("results").resolve()]))
-        found = [r for place in places for r in _finished(place, experiment)]
-        mine = [r for r in found if here and (r.device or "").startswith(here)]
+        found = [f for place in places for f in _finished(place, experiment)]
+        mine = [(r, d) for r, d in found if here and (r.device or "").startswith(here)]
         if not mine:  # the machine of the same kind (CPU or GPU) that finished the most of them
             gpu = _this_machine_has_gpu()
-            kind = [r for r in found if bool(r.gpus) == gpu] or found
-            most = Counter(_machine(r) for r in kind).most_common(1)
-            found = [r for r in kind if most and _machine(r) == most[0][0]]
+            kind = [(r, d) for r, d in found if bool(r.gpus) == gpu] or found
+            most = Counter(_machine(r) for r, _ in kind).most_common(1)
+            found = [(r, d) for r, d in kind if most and _machine(r) == most[0][0]]
         used = mine or found
         walls: dict[str, list[float]] = {}
-        for r in used:
-            walls.setdefault(r.run, []).append(float(r.wall_seconds))
+        for r, directory in used:
+            walls.setdefault(r.run, []).append(typical_wall(r, directory))
         if not walls:
             return cls(0.0, 0, [], results)
         every = statistics.median(w for v in walls.values() for w in v)
         seconds = sum(statistics.median(walls[run]) if run in walls else every for run in runs)
-        machines = [] if mine else sorted({_machine(r) for r in used})
+        machines = [] if mine else sorted({_machine(r) for r, _ in used})
         return cls(seconds, len(used), machines, results)
 
     def say(self, seconds: float, what: str) -> str:
@@ -117,7 +117,7 @@ class Cost:
             return (f"no measurement: no run of this experiment has finished under {self.results} or in ./results, "
                     "on this machine or another")  # fmt: skip
         where = (f"from {self.measured} finished runs of this experiment on this machine (the same CPU model, ISA "
-                 "and bf16, or GPU), one run at a time" if not self.machines else
+                 "and bf16, or GPU), one run at a time, slowed steps at their median" if not self.machines else
                  f"from {self.measured} finished runs of this experiment on {', '.join(self.machines)}, not this "
                  "machine (none has finished here): expect another figure here")  # fmt: skip
         return f"{what}: about {run_time(seconds)}, {where}"
@@ -142,15 +142,28 @@ def _this_machine_has_gpu() -> bool:
     return torch.cuda.is_available()
 
 
-def _finished(results: Path, experiment: str) -> list:
-    """Finished, trained (not copied) runs of `experiment` under `results`."""
+def typical_wall(result: RunResult, directory: Path) -> float:
+    """A finished run's wall time with every training step slower than twice the median counted at the median: what
+    it costs on a machine left to it. A run slowed for hours by other work beside it (a test suite, a stopped and
+    resumed sweep: pauses fall inside a step) would otherwise price every run left at its worst hours."""
+    steps = [float(m["step_ms"]) for m in read_metrics(directory) if m.get("step_ms") is not None]
+    wall = float(result.wall_seconds)
+    if not steps or not result.train_seconds:
+        return wall
+    median = statistics.median(steps)
+    typical = statistics.fmean(ms if ms <= 2 * median else median for ms in steps)
+    return wall - result.train_seconds * (1 - typical / statistics.fmean(steps))
+
+
+def _finished(results: Path, experiment: str) -> list[tuple[RunResult, Path]]:
+    """Finished, trained (not copied) runs of `experiment` under `results`, with their directories."""
     out = []
     for directory in run_directories(results):
         if directory.parents[2].name != experiment:
             continue
         result = read_result(directory)
         if result is not None and result.finished and not result.reused_from and result.wall_seconds is not None:
-            out.append(result)
+            out.append((result, directory))
     return out
 
 
