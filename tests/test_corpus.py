@@ -140,6 +140,21 @@ def test_lines_read_a_block_at_a_time_are_pythons_text_mode_lines(tmp_path, bloc
         bad = text[:at].encode() + b"\xff" + text[at:].encode()
         path = tmp_path / "t.txt"
         path.write_bytes(bad)
-        number = next(n for n, line in enumerate(bad.split(b"\n"), 1) if b"\xff" in line)
-        with pytest.raises(CorpusError, match=rf"t.txt: line {number}: not UTF-8 \(invalid start byte at byte "):
+        number, byte = next((n, line.index(b"\xff")) for n, line in enumerate(bad.split(b"\n"), 1) if b"\xff" in line)
+        with pytest.raises(
+            CorpusError, match=rf"t.txt: line {number}: not UTF-8 \(invalid start byte at byte {byte}\)"
+        ):
             list(line_blocks(path, block))
+
+
+def test_a_file_of_lone_carriage_returns_is_read_a_block_at_a_time(tmp_path):
+    """Lines that end in \\r alone (old Mac text) are cut at their ends as \\n lines are: each block's lines come
+    as they are read, not the whole file as one growing line."""
+    from ablate.data.corpus import line_blocks
+
+    path = tmp_path / "cr.txt"
+    lines = [f"sentence {i} ü" for i in range(5000)]
+    path.write_bytes("\r".join(lines).encode() + b"\r")
+    blocks = list(line_blocks(path, 1024))
+    assert [line for block in blocks for line in block] == lines
+    assert len(blocks) > 60 and max(len(block) for block in blocks) < 100

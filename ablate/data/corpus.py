@@ -121,16 +121,17 @@ def iter_lines(path: Path) -> Iterator[str]:
 
 def line_blocks(path: Path, block: int = 1 << 22) -> Iterator[list[str]]:
     """`iter_lines`'s lines, a list of them for every `block` bytes read: decoded a block at a time (a newline byte
-    never falls inside a UTF-8 character), line by line only to name the line that is not UTF-8."""
+    never falls inside a UTF-8 character), line by line only to name the line that is not UTF-8. A file whose lines
+    end in a lone \\r is read a block at a time too."""
     opener: Callable = gzip.open if path.suffix == ".gz" else open
     try:
         with opener(path, "rb") as f:
-            before, rest = 0, b""  # lines in the blocks before; the unfinished line after the last newline
+            before, into, rest = 0, 0, b""  # lines ended before; bytes of the line read so far; the bytes after the cut
             while True:
                 data = f.read(block)
                 if data:
-                    data = rest + data
-                    cut = data.rfind(b"\n") + 1
+                    data = rest + data  # cut after the last line end, a \r only where no \n can follow it
+                    cut = max(data.rfind(b"\n"), data.rfind(b"\r", 0, len(data) - 1)) + 1
                     raw, rest = data[:cut], data[cut:]
                     if not raw:
                         continue
@@ -138,13 +139,15 @@ def line_blocks(path: Path, block: int = 1 << 22) -> Iterator[list[str]]:
                     raw, rest = rest, b""  # the last line, without a newline
                     if not raw:
                         return
-                yield _decoded(raw, path, before)
-                before += raw.count(b"\n") + (not raw.endswith(b"\n"))
+                yield _decoded(raw, path, before, into)
+                ended = raw.rfind(b"\n") + 1  # lines are numbered at \n, as sed and a binary reader number them
+                before, into = before + raw.count(b"\n"), len(raw) - ended + (0 if ended else into)
     except (OSError, EOFError) as error:
         raise CorpusError(f"{path}: cannot read: {error}") from None
 
 
-def _decoded(raw: bytes, path: Path, before: int) -> list[str]:
+def _decoded(raw: bytes, path: Path, before: int, into: int) -> list[str]:
+    """`raw`'s lines; `before` lines ended before it and its first line began `into` bytes earlier."""
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError:
@@ -153,7 +156,7 @@ def _decoded(raw: bytes, path: Path, before: int) -> list[str]:
             try:
                 (line + b"\n" if number - before < len(lines) else line).decode("utf-8")  # as a line reads it
             except UnicodeDecodeError as error:
-                why = f"{error.reason} at byte {error.start}"
+                why = f"{error.reason} at byte {error.start + (into if number == before + 1 else 0)}"
                 raise CorpusError(f"{path}: line {number}: not UTF-8 ({why})") from None
         raise
     lines = text.split("\n")
