@@ -256,3 +256,30 @@ def test_dry_run_prices_a_run_slowed_by_other_work_at_its_typical_step(tmp_path)
     assert wall["even"][0] == pytest.approx(wall["even"][1], rel=0.01)  # a few long batches are not a slowdown
     assert wall["slowed"][1] > 2.5 * wall["even"][1]
     assert wall["slowed"][0] == pytest.approx(wall["even"][1], rel=0.15)
+
+
+def test_dry_run_prices_runs_not_finished_here_at_another_machines_times_scaled(tmp_path, monkeypatch):
+    """This machine finished run a in 1,000 s; another finished a in 500 s and b in 800 s: b costs 1,600 s here, and
+    c, finished nowhere, the median of this machine's runs."""
+    from ablate.record import RunResult
+    from ablate.rundir import job_dir, write_result
+    from ablate.sweep import dryrun
+
+    monkeypatch.setattr(dryrun, "_this_machine", lambda: "Here CPU (AVX2)")
+    monkeypatch.setattr(dryrun, "_this_machine_has_gpu", lambda: False)
+    for run, device, seconds in [("a", "Here CPU (AVX2)", 1000), ("a", "There CPU (AMX)", 500),
+                                 ("b", "There CPU (AMX)", 800)]:  # fmt: skip
+        directory = job_dir(tmp_path / "e", run, 1 if device.startswith("Here") else 2)
+        directory.mkdir(parents=True)
+        write_result(directory, RunResult(run=run, seed=1, status="completed", device=f"{device}, 1 thread",
+                                          wall_seconds=seconds))  # fmt: skip
+    cost = dryrun.Cost.of(["a", "b", "c"], "e", tmp_path)
+    assert cost.seconds == pytest.approx(1000 + 1600 + 1000) and cost.measured == 1
+    assert cost.say(cost.seconds, "3 to train now") == (
+        "3 to train now: about 60 run-minutes, from 1 finished run of this experiment on this machine (the same CPU "
+        "model, ISA and bf16, or GPU), one run at a time, slowed steps at their median; runs not finished here at "
+        "their times on There CPU (AMX), scaled by the runs finished on both"
+    )
+    monkeypatch.setattr(dryrun, "_this_machine", lambda: "Elsewhere CPU")
+    cost = dryrun.Cost.of(["a", "b", "c"], "e", tmp_path)
+    assert cost.seconds == pytest.approx(500 + 800 + 650) and cost.machines == ["There CPU (AMX)"]

@@ -82,12 +82,15 @@ def design_lines(experiment: Experiment, results: Path, record: DesignRecord | N
 @dataclass(frozen=True)
 class Cost:
     """What the planned runs would take, from finished runs of the same experiment: this machine's where it has
-    some, else the committed ones' (results/ beside the command) and the machines they ran on."""
+    some, else the committed ones' (results/ beside the command) and the machines they ran on. Where this machine
+    finished only some runs, the others are priced at their times on the machine that finished most of them,
+    scaled by what the runs both finished took here and there."""
 
     seconds: float  # the jobs' run time, each at its run's median typical wall time (else the median of every run)
     measured: int  # finished jobs read
     machines: list[str]  # where they ran, when not on this machine
     results: Path
+    scaled: str = ""  # the machine whose times, scaled, priced runs this machine has not finished
 
     @classmethod
     def of(cls, runs: list[str], experiment: str, results: Path) -> Cost:
@@ -95,32 +98,45 @@ class Cost:
         places = list(dict.fromkeys([results.resolve(), Path("results").resolve()]))
         found = [f for place in places for f in _finished(place, experiment)]
         mine = [(r, d) for r, d in found if here and (r.device or "").startswith(here)]
-        if not mine:  # the machine of the same kind (CPU or GPU) that finished the most of them
-            gpu = _this_machine_has_gpu()
-            kind = [(r, d) for r, d in found if bool(r.gpus) == gpu] or found
-            most = Counter(_machine(r) for r, _ in kind).most_common(1)
-            found = [(r, d) for r, d in kind if most and _machine(r) == most[0][0]]
-        used = mine or found
-        walls: dict[str, list[float]] = {}
-        for r, directory in used:
-            walls.setdefault(r.run, []).append(typical_wall(r, directory))
+        gpu = _this_machine_has_gpu()  # else the machine of the same kind (CPU or GPU) that finished the most
+        kind = [(r, d) for r, d in found if bool(r.gpus) == gpu and (r, d) not in mine] or (found if not mine else [])
+        most = Counter(_machine(r) for r, _ in kind).most_common(1)
+        other = _walls([(r, d) for r, d in kind if most and _machine(r) == most[0][0]])
+        walls = _walls(mine) or other
         if not walls:
             return cls(0.0, 0, [], results)
+        median = {run: statistics.median(w) for run, w in walls.items()}
         every = statistics.median(w for v in walls.values() for w in v)
-        seconds = sum(statistics.median(walls[run]) if run in walls else every for run in runs)
-        machines = [] if mine else sorted({_machine(r) for r, _ in used})
-        return cls(seconds, len(used), machines, results)
+        both = [run for run in median if mine and run in other]
+        scale = statistics.median(median[run] / statistics.median(other[run]) for run in both) if both else None
+        scaled = [run for run in runs if run not in median and scale and run in other]
+        seconds = sum(median[run] if run in median else statistics.median(other[run]) * scale if run in scaled
+                      else every for run in runs)  # fmt: skip
+        machines = [] if mine else [most[0][0]]
+        return cls(seconds, sum(map(len, walls.values())), machines, results, most[0][0] if scaled else "")
 
     def say(self, seconds: float, what: str) -> str:
         """`what: about N run-hours, from ...`: `seconds` of run time priced from this cost's runs."""
         if not self.measured:
             return (f"no measurement: no run of this experiment has finished under {self.results} or in ./results, "
                     "on this machine or another")  # fmt: skip
-        where = (f"from {self.measured} finished runs of this experiment on this machine (the same CPU model, ISA "
+        runs = f"{self.measured} finished run{'s' if self.measured != 1 else ''}"
+        where = (f"from {runs} of this experiment on this machine (the same CPU model, ISA "
                  "and bf16, or GPU), one run at a time, slowed steps at their median" if not self.machines else
-                 f"from {self.measured} finished runs of this experiment on {', '.join(self.machines)}, not this "
+                 f"from {runs} of this experiment on {', '.join(self.machines)}, not this "
                  "machine (none has finished here): expect another figure here")  # fmt: skip
+        if self.scaled:
+            where += (f"; runs not finished here at their times on {self.scaled}, scaled by the runs finished on "
+                      "both")  # fmt: skip
         return f"{what}: about {run_time(seconds)}, {where}"
+
+
+def _walls(finished: list[tuple[RunResult, Path]]) -> dict[str, list[float]]:
+    """Each run's typical wall times, a seed each."""
+    walls: dict[str, list[float]] = {}
+    for r, directory in finished:
+        walls.setdefault(r.run, []).append(typical_wall(r, directory))
+    return walls
 
 
 def run_time(seconds: float) -> str:
