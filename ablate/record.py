@@ -112,7 +112,11 @@ class Score(Record):
     bleu_signature: str
     chrf_signature: str
     by_length: dict[str, BucketScore] | None = None
-    cased_bleu: float | None = Field(None, description="with evaluation.lowercase: the standard, cased BLEU too")
+    cased_bleu: float | None = Field(
+        None,
+        description="with evaluation.lowercase: the standard, cased BLEU too (not where data.lowercase trained "
+        "the model on lowercased text: it never writes a capital)",
+    )
     cased_bleu_signature: str | None = None
 
 

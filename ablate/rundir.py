@@ -98,7 +98,8 @@ ADDED = {("evaluation", "average_checkpoints"): 1, ("training", "max_target_toke
          ("training", "early_stopping"): None, ("evaluation", "select"): "last",
          ("training", "shape_buckets"): None, ("model", "d_v"): None,
          ("evaluation", "length_penalty_form"): "gnmt", ("tokenizer", "max_sentences"): 1_000_000,
-         ("tokenizer", "merges"): None, ("data", "lowercase"): False, ("data", "tokenize"): "none"}  # fmt: skip
+         ("tokenizer", "merges"): None, ("data", "lowercase"): False, ("data", "tokenize"): "none",
+         ("tokenizer", "style"): "metaspace"}  # fmt: skip
 
 
 # Keys that change only how a run's trained weights are decoded and scored at its end: a finished run whose spec

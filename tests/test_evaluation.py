@@ -66,3 +66,13 @@ def test_lowercase_bleu_keeps_the_standard_cased_bleu_beside_it():
     assert "case:lc" in scores.bleu_signature and "case:mixed" in scores.cased_bleu_signature
     standard = score_tests(data, {"t": Translation(hyps, 1.0)}, EvaluationSpec()).scores["t"]
     assert "cased_bleu" not in standard.dump() and standard.bleu == scores.cased_bleu
+    from ablate.data.preprocess import behind
+    from ablate.data.spec import DataSpec
+    from ablate.data.tokenizer import Vocabulary
+
+    # a model trained on lowercased text (data.lowercase) never writes a capital: no cased BLEU, which could only
+    # count its missing capitals
+    joint = Vocabulary.train(iter(hyps * 10), 200, 1)
+    data.tgt_vocab = behind((joint, joint), DataSpec(lowercase=True))[1]
+    lowercased = score_tests(data, {"t": Translation(hyps, 1.0)}, EvaluationSpec(lowercase=True)).scores["t"]
+    assert lowercased.bleu == scores.bleu and "cased_bleu" not in lowercased.dump()

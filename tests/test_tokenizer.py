@@ -129,3 +129,80 @@ def test_merges_stop_early_where_no_pair_is_seen_min_frequency_times():
 def test_the_nominal_size_counts_merges_and_specials():
     assert TokenizerSpec(vocab_size=8000).nominal_size == 8000
     assert TokenizerSpec(vocab_size=8000, merges=10_000).nominal_size == 10_004
+
+
+def subword_nmt_merges(words: dict[str, int], n: int, min_frequency: int) -> list[tuple[str, str]]:
+    """subword-nmt's learn_bpe (Sennrich et al. 2016, Algorithm 1, with `</w>` on a word's last character), written
+    from the paper, slowly: every pair counted again at every merge, the best the max of (count, pair)."""
+    from collections import Counter
+    from itertools import pairwise
+
+    vocab = {(*w[:-1], w[-1] + "</w>"): c for w, c in words.items()}
+    merges: list[tuple[str, str]] = []
+    for _ in range(n):
+        stats: Counter = Counter()
+        for word, count in vocab.items():
+            for pair in pairwise(word):
+                stats[pair] += count
+        if not stats or max(stats.values()) < min_frequency:
+            break
+        best = max(stats, key=lambda pair: (stats[pair], pair))
+        merges.append(best)
+        merged: dict[tuple[str, ...], int] = {}
+        for word, count in vocab.items():
+            out, i = [], 0
+            while i < len(word):
+                if word[i : i + 2] == best:
+                    out.append(word[i] + word[i + 1])
+                    i += 2
+                else:
+                    out.append(word[i])
+                    i += 1
+            merged[tuple(out)] = merged.get(tuple(out), 0) + count
+        vocab = merged
+    return merges
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_learn_merges_learns_subword_nmt_s_merges_in_its_order_ties_included(seed):
+    """On random words over a small alphabet (many ties, and words like `aaaa` whose pairs overlap), the merges
+    of the incremental learner are those of the algorithm counted afresh at every merge, in the same order."""
+    import random
+    from collections import Counter
+
+    from ablate.data.tokenizer import learn_merges
+
+    rng = random.Random(seed)
+    words = Counter("".join(rng.choice("aabcd") for _ in range(rng.randint(1, 8))) for _ in range(3000))
+    expected = subword_nmt_merges(words, 300, 2)
+    assert len(expected) > 100
+    assert learn_merges(words, 300, 2) == expected
+    assert learn_merges(words, 20, 2) == expected[:20]  # greedy: the first merges of a longer run
+
+
+def test_style_subword_nmt_cuts_words_at_whitespace_only_and_decodes_to_the_words():
+    """Punctuation is a word like any other (no lone `▁` before it, one piece for `&quot;`), the word's last piece
+    carries `</w>`, N merges are N, the ids are the specials, the alphabet sorted and the merges' types in order
+    (the same on every machine), and decoding joins the words with single spaces for the detokenizer."""
+    import json
+
+    from ablate.data.tokenizer import SPECIALS, Vocabulary
+
+    texts = [f"a dog &apos;s ball , number {i} &quot; in {i % 7} parks &quot; ." for i in range(300)]
+    nmt = Vocabulary.train(iter(texts), 1, 2, merges=30, style="subword-nmt")
+    model = bpe(nmt)
+    merges = [tuple(m) if isinstance(m, list) else tuple(m.split(" ")) for m in model["merges"]]
+    alphabet = sorted({c for t in texts for w in t.split() for c in [*w[:-1], w[-1] + "</w>"]})
+    types = dict.fromkeys([*SPECIALS, *alphabet, *("".join(m) for m in merges)])
+    assert len(merges) == 30 and list(model["vocab"]) == list(types)
+    assert list(model["vocab"].values()) == list(range(len(nmt)))
+    pieces = [nmt.tokenizer.id_to_token(i) for i in nmt.encode(["a dog &quot; , 12 ."])[0]]
+    assert pieces[:2] == ["a</w>", "dog</w>"] and "&quot;</w>" in pieces and ",</w>" in pieces and "▁" not in pieces
+    assert nmt.decode(nmt.encode(["a  dog &apos;s ball ,   17 ."])) == ["a dog &apos;s ball , 17 ."]
+    metaspace = Vocabulary.train(iter(texts), 1, 2, merges=30)
+    assert len(metaspace.encode(texts[:1])[0]) > len(nmt.encode(texts[:1])[0])  # a `▁` before each punctuation mark
+    assert json.loads(Vocabulary.train(iter(texts), 1, 2, merges=30, style="subword-nmt").tokenizer.to_str()) == (
+        json.loads(nmt.tokenizer.to_str())
+    )
+    sized = Vocabulary.train(iter(texts), len(SPECIALS) + len(alphabet) + 12, 2, style="subword-nmt")
+    assert len(sized) == len(SPECIALS) + len(alphabet) + 12 and bpe(sized)["merges"] == model["merges"][:12]

@@ -150,12 +150,16 @@ def describe(prepared: Prepared) -> str:
     return f"{', '.join(parts)}, {vocab}; {size / 2**20:,.1f} MiB in {prepared.folder}"
 
 
+# tokenizer.style came after corpora were prepared: at its default, a corpus keeps the key it had
+_KEYED_SINCE = {"metaspace": {"style"}}
+
+
 def key_of(data: DataSpec, tokenizer: TokenizerSpec, corpus: Corpus) -> str:
     """What the vocabulary, and so every split's ids, are made from; the training files by content, not by path."""
     what = {"format": FORMAT, "corpus": data.corpus.name, "content": corpus.fingerprint(data.train, [data.source,
             data.target]), "source": data.source, "target": data.target, "train": data.train,
             "max_pairs": data.max_pairs, "text": data.model_dump(mode="json", exclude=NOT_TEXT),
-            "tokenizer": tokenizer.model_dump(mode="json")}  # fmt: skip
+            "tokenizer": tokenizer.model_dump(mode="json", exclude=_KEYED_SINCE.get(tokenizer.style))}  # fmt: skip
     return hashlib.sha256(json.dumps(what, sort_keys=True).encode()).hexdigest()[:20]
 
 

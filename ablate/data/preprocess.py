@@ -56,32 +56,39 @@ class NoTokenize(Tokenize):
 class MosesParams(PartParams):
     normalize: bool = False  # normalize-punctuation.perl -l L first, as Multi30k's tok files (lc.norm.tok) were made
     aggressive_dash_splits: bool = False  # tokenizer.perl -a (`well @-@ known`), as fairseq's WMT scripts run it
+    # tokenizer.perl's default, as Multi30k's tok files have it: & | < > ' " [ ] as &amp; &#124; &lt; &gt; &apos;
+    # &quot; &#91; &#93;, undone before scoring. For tokenizer.style subword-nmt, which keeps `&quot;` one word where
+    # metaspace's punctuation split would cut it in three
+    escape: bool = False
 
 
 @TOKENIZE.register("moses")
 class Moses(Tokenize):
-    """Moses's tokenizer.perl for the side's language (sacremoses; no escaping: `"` stays `"`, not `&quot;`), and
-    its detokenizer.perl on every translation before it is scored."""
+    """Moses's tokenizer.perl for the side's language (sacremoses; special characters escaped as XML entities only
+    with `escape`), after its normalize-punctuation.perl with `normalize`, and its detokenizer.perl (unescaping with
+    `escape`) on every translation before it is scored."""
 
     Params = MosesParams
     scored_as = "detok:moses"
 
-    def __init__(self, language: str, normalize: bool, aggressive_dash_splits: bool):
+    def __init__(self, language: str, normalize: bool, aggressive_dash_splits: bool, escape: bool):
         from sacremoses import MosesDetokenizer, MosesPunctNormalizer, MosesTokenizer  # 1.8 s: not for every spec
 
         super().__init__(language)
         self.normalizer = MosesPunctNormalizer(language) if normalize else None
         self.tokenizer, self.detokenizer = MosesTokenizer(language), MosesDetokenizer(language)
-        self.aggressive_dash_splits = aggressive_dash_splits
+        self.aggressive_dash_splits, self.escape = aggressive_dash_splits, escape
 
     def tokenize(self, texts: Sequence[str]) -> list[str]:
-        if self.normalizer is not None:
-            texts = [self.normalizer.normalize(text) for text in texts]
-        dashes = self.aggressive_dash_splits
-        return [self.tokenizer.tokenize(t, aggressive_dash_splits=dashes, return_str=True, escape=False) for t in texts]
+        if self.normalizer is not None:  # a line with its newline, as the Perl script reads it: a rule that moves
+            # `."` to `".` wants a character after the quote
+            texts = [self.normalizer.normalize(f"{text}\n").rstrip("\n") for text in texts]
+        dashes, escape = self.aggressive_dash_splits, self.escape
+        return [self.tokenizer.tokenize(t, aggressive_dash_splits=dashes, return_str=True, escape=escape)
+                for t in texts]  # fmt: skip
 
     def detokenize(self, texts: Sequence[str]) -> list[str]:
-        return [self.detokenizer.detokenize(text.split(), unescape=False) for text in texts]
+        return [self.detokenizer.detokenize(text.split(), unescape=self.escape) for text in texts]
 
 
 class TextSpec(Protocol):
@@ -177,6 +184,11 @@ def behind(vocabularies: tuple[Vocabulary, Vocabulary], spec: TextSpec) -> tuple
         return vocabularies
     (src, tgt), (source, target) = vocabularies, sides(spec)
     return PreparedVocabulary(src, source), PreparedVocabulary(tgt, target)
+
+
+def writes_lowercase(vocabulary: Vocabulary) -> bool:
+    """Whether what `vocabulary` decodes was learned from lowercased text (data.lowercase), so has no capitals."""
+    return isinstance(vocabulary, PreparedVocabulary) and vocabulary.side.lowercase
 
 
 def scored_as(vocabulary: Vocabulary) -> str:

@@ -18,7 +18,7 @@ from sacrebleu.metrics import BLEU, CHRF
 from ablate.bleu_statistics import References
 from ablate.data.batches import Batch, pad
 from ablate.data.dataset import Dataset
-from ablate.data.preprocess import scored_as
+from ablate.data.preprocess import scored_as, writes_lowercase
 from ablate.data.tokenizer import EOS, Vocabulary
 from ablate.files import write_text
 from ablate.model.decoding import translate_ids
@@ -165,7 +165,8 @@ def score_tests(data: Dataset, translations: dict[str, Translation], ev: Evaluat
         pairs = data.tests[split]
         sources, references = [p[0] for p in pairs], [p[1] for p in pairs]
         scored = score(translation.hypotheses, references, ev.lowercase, detokenised)
-        if ev.lowercase:  # a paper's flavour beside the standard one
+        if ev.lowercase and not writes_lowercase(data.tgt_vocab):  # a paper's flavour beside the standard one, where
+            # the model can write capitals (trained on lowercased text, it never matches a cased reference's)
             cased = score(translation.hypotheses, references, detokenised=detokenised)
             scored.cased_bleu, scored.cased_bleu_signature = cased.bleu, cased.bleu_signature
         scored.by_length = by_length(sources, translation.hypotheses, references, ev.length_buckets, ev.lowercase)
