@@ -219,3 +219,31 @@ def test_the_lowercase_training_text_with_cased_scoring_is_warned_of():
     spec = RunSpec.model_validate({"data": {"lowercase": True}, "evaluation": {"lowercase": True},
                                    "training": {"max_steps": 10}})  # fmt: skip
     assert spec.warnings() == []
+
+
+def test_tokenised_bleu_scores_a_committed_run_as_fairseq_would_and_the_references_as_100(tmp_path):
+    """scripts/tokenised_bleu.py: a committed Transformer-tiny seed within 0.05 of its sacreBLEU score, with the
+    authors' reference length (12,103 tokens on test2016); a run whose hypotheses are the references scores 100."""
+    import shutil
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+
+    seed = ROOT / "results/transformer-tiny-8192/runs/baseline/seed-1"
+    copy = tmp_path / "seed-1"
+    shutil.copytree(seed, copy, ignore=shutil.ignore_patterns("checkpoints"))
+    corpus = CORPUS.build(CORPUS.parse("multi30k"), root=data_dir())
+    for split in TESTS:  # the references themselves as the translations
+        (copy / "hypotheses" / f"{split}.txt").write_text(
+            "\n".join(p[1] for p in corpus.read(split, "en", "de")) + "\n"
+        )
+    run = subprocess.run([sys.executable, str(ROOT / "scripts/tokenised_bleu.py"), str(seed), str(copy)],
+                         capture_output=True, text=True, check=False)  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    lines = [line.split("  ") for line in run.stdout.splitlines()]
+    committed = {line[1]: line for line in lines if line[0] == str(seed)}
+    bleu = float(committed["test_2016_flickr"][2].split()[0])
+    tokenised = float(committed["test_2016_flickr"][3].split()[1])
+    assert abs(tokenised - bleu) <= 0.05 and committed["test_2016_flickr"][4] == "reference length 12,103"
+    assert [line[3] for line in lines if line[0] == str(copy)] == ["tokenised 100.00"] * 3
