@@ -222,15 +222,17 @@ def test_a_hook_that_settles_sees_every_step_logged_and_a_pending_divergence_end
 
 @pytest.mark.parametrize("seed", [0, 1])
 @pytest.mark.parametrize("clip_norm", [1e-3, 1e3])
-def test_clip_norm_hands_adam_the_gradient_torch_s_clip_grad_norm_makes(seed, clip_norm):
+@pytest.mark.parametrize("batches", [1, 2])
+def test_clip_norm_hands_adam_the_gradient_torch_s_clip_grad_norm_makes(seed, clip_norm, batches):
     """training.clip_norm (fairseq's --clip-norm): Adam steps with torch's clip_grad_norm_ of the update's gradient:
-    scaled down to the threshold's norm above it, untouched below it."""
+    scaled down to the threshold's norm above it, untouched below it; once an update, after its batches' gradients
+    are accumulated (each batch clipped alone would leave a norm other than the threshold)."""
     data = examples(12, seed=seed)
     grads = []
     for clip in (None, clip_norm):
         t = trainer(clip_norm=clip)  # the same initial weights, no dropout: the same gradient before clipping
         t.optimizer.step = lambda t=t: grads.append([p.grad.clone() for p in t.model.parameters()])
-        t.train_step([collate(data)])
+        t.train_step([collate(data[i::batches]) for i in range(batches)])
     raw, clipped = grads
     params = [torch.nn.Parameter(torch.empty_like(g)) for g in raw]
     for p, g in zip(params, raw, strict=True):
