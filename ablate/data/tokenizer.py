@@ -38,8 +38,8 @@ class TokenizerSpec(Section):
     merges: PositiveInt | None = Field(
         None,
         description="learn exactly this many BPE merges instead (subword-nmt's -s, as papers give it; fewer when no "
-        "pair is left seen min_frequency times): the vocabulary is then the 4 specials, the alphabet and one type a "
-        "merge, and vocab_size is not used",
+        "pair is left seen min_frequency times): the vocabulary is then the 4 specials, the alphabet and the types the "
+        "merges make, and vocab_size is not used",
         json_schema_extra=ADDED,
     )
     style: Literal["metaspace", "subword-nmt"] = Field(
