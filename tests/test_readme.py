@@ -101,8 +101,8 @@ def test_documented_command(doc, command, tmp_path, request):
         if args[1] == "results/smoke":  # what the quick start's first command made
             args[1] = str(request.getfixturevalue("smoke_run").results / "smoke")
         args += ["--no-files"]
-    elif args[0] == "bench":  # one short round, into an empty directory
-        args += ["--results", str(tmp_path / "results"), "--max-rounds", "1", "--updates", "1"]
+    elif args[0] == "bench":  # one short round without decoding (tests/test_bench.py decodes), into an empty directory
+        args += ["--results", str(tmp_path / "results"), "--max-rounds", "1", "--updates", "1", "--sentences", "0"]
     else:
         assert args[0] in ("validate", "parts", "schema", "data"), f"{doc}: add a way to exercise `ablate {args[0]}`"
         if args[0] == "data":
