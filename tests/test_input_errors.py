@@ -152,6 +152,11 @@ def test_ctrl_c_at_any_moment_is_one_true_line(tmp_path, when):
     code, err, directory = ctrl_c(tmp_path, when)
     assert code == 130, err
     assert "Traceback" not in err and "BrokenPipe" not in err, err
+    assert_a_true_last_line(err, directory)
+
+
+def assert_a_true_last_line(err: str, directory):
+    """What `ablate run` says last after a Ctrl-C agrees with what the run directory holds."""
     last = err.strip().splitlines()[-1]  # the message, then the command that resumes: `...: ablate run FILE ...`
     has_checkpoint = (directory / "checkpoints/last.json").is_file()
     if has_checkpoint:
@@ -163,6 +168,34 @@ def test_ctrl_c_at_any_moment_is_one_true_line(tmp_path, when):
             "interrupted before the run saved a checkpoint: the same command starts it again from the beginning",
         ]
     assert last.split(": ablate run ")[0] in said, last
+
+
+def test_a_ctrl_c_python_swallows_as_a_worker_is_forked_still_stops_the_sweep(tmp_path):
+    """A Ctrl-C whose KeyboardInterrupt is raised inside a callback around fork (logging's lock release, as the
+    sweep starts the fork server or a worker with a preexec_fn) is printed by Python as "Exception ignored" and not
+    raised: the sweep trained on to the end and exited 0. Here the SIGINT is sent from such a callback, on the first
+    fork, so it lands there every time."""
+    program = (
+        "import os, signal, sys\n"
+        "fired = []\n"
+        "def ctrl_c():\n"
+        "    if not fired:\n"
+        "        fired.append(1)\n"
+        "        os.kill(os.getpid(), signal.SIGINT)\n"
+        "os.register_at_fork(after_in_parent=ctrl_c)\n"
+        "from ablate.cli import main\n"
+        "sys.exit(main(sys.argv[1:]))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", program, "run", str(SMOKE), "--only", "baseline", "--results", str(tmp_path),
+         "--set", "training.max_steps=3000"],
+        cwd=ROOT, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 130, done.stderr
+    assert "Exception ignored" in done.stderr  # Python did swallow it: the case this test is about
+    directory = tmp_path / "smoke/runs/baseline/seed-1"
+    assert_a_true_last_line(done.stderr, directory)
+    assert not (directory / "result.json").exists()  # stopped, not trained to its end
 
 
 def test_dry_run_prices_from_the_committed_runs_where_this_machine_has_none(tmp_path):

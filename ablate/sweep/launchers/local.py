@@ -25,7 +25,7 @@ from pathlib import Path
 from ablate.errors import UserError
 from ablate.rundir import LOG, Exit, RunLock, checkpoint_step
 from ablate.sweep.devices import Resources, place, visible_devices
-from ablate.sweep.launchers import Interrupted, Outcomes, outcome
+from ablate.sweep.launchers import CtrlC, Interrupted, Outcomes, outcome
 from ablate.sweep.progress import SweepView
 from ablate.train.forkserver import Forked, ForkServer, NotForked, available, die_with_parent
 from ablate.train.job import Job
@@ -202,6 +202,7 @@ class LocalLauncher:
                     view.started(job, checkpoint_step(job.directory, job.config_hash) or 0)
                     active[start_worker(job, take if res.gpus else None, server)] = (job, take)
                 wait_for_any(active, REFRESH_S)
+                CtrlC.raise_if_swallowed()
                 view.refresh()
                 for proc in [p for p in active if p.poll() is not None]:
                     job, take = active.pop(proc)
