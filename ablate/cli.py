@@ -351,7 +351,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 def _run(args: argparse.Namespace) -> int:
     from ablate.sweep import runner
     from ablate.sweep.experiment import load_experiments
-    from ablate.sweep.launchers import CtrlC, Interrupted
+    from ablate.sweep.launchers import Interrupted
     from ablate.sweep.specfile import parse_overrides
 
     experiments = load_experiments(args.files, args.overrides, args.lr_sweep)
@@ -388,7 +388,11 @@ def _run(args: argparse.Namespace) -> int:
         from ablate.sweep.dryrun import dry_run
 
         return dry_run(experiments, options, console())
-    CtrlC.install()  # Ctrl-C and SIGTERM stop the sweep, each worker saving a checkpoint first
+    signal.signal(signal.SIGTERM, _stop_like_ctrl_c)
+    # Ctrl-C raises KeyboardInterrupt whatever SIGINT's disposition was inherited: a process started in the
+    # background of a non-interactive shell (`nohup ablate run ... &`, or a test harness that did) inherits it
+    # ignored, and Python then leaves it ignored, so `kill -INT` would not reach the workers.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         if not args.until_decided:
             return runner.run(experiments, options, console())
@@ -401,6 +405,11 @@ def _run(args: argparse.Namespace) -> int:
     except Interrupted as stop:
         print(stop, file=sys.stderr)
         return 130
+
+
+def _stop_like_ctrl_c(signum: int, frame) -> None:
+    """SIGTERM (`kill`, a job scheduler) stops a sweep as Ctrl-C does: every worker checkpoints first."""
+    raise KeyboardInterrupt
 
 
 def _runs_per_gpu(value: str) -> int | str:

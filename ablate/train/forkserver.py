@@ -37,7 +37,7 @@ import subprocess
 import sys
 import time
 import traceback
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -69,6 +69,41 @@ def room() -> int:
     """Bytes this process's command line may show (arg_end - arg_start in /proc/self/stat)."""
     fields = Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()
     return int(fields[46]) - int(fields[45])
+
+
+HELD = (signal.SIGINT, signal.SIGTERM)
+
+
+@contextlib.contextmanager
+def signals_held() -> Iterator[None]:
+    """Holds back SIGINT and SIGTERM while this process forks: one that comes meanwhile is handled as the block ends.
+    Python cannot raise a handler's KeyboardInterrupt inside a callback around fork (logging's lock release, run
+    when a Popen with a preexec_fn forks): it printed "Exception ignored" with a traceback and went on, and a sweep
+    Ctrl-C'd as it started a worker trained on to the end. A child forked in the block starts with them held: it
+    calls `released_in_child` first."""
+    parent = os.getpid()
+    before = signal.pthread_sigmask(signal.SIG_BLOCK, HELD)
+    try:
+        yield
+    finally:
+        if os.getpid() == parent:
+            signal.pthread_sigmask(signal.SIG_SETMASK, before)
+
+
+def released_in_child() -> None:
+    """In a child forked under `signals_held`: drops a SIGINT or SIGTERM that came for the parent (a terminal's Ctrl-C
+    reaches the whole process group, the child too before it leaves it), takes their defaults (a worker sets its own
+    handlers), then lets them through."""
+    for sig in HELD:
+        signal.signal(sig, signal.SIG_IGN)  # discards one pending
+        signal.signal(sig, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, HELD)
+
+
+def a_child_of_the_sweep() -> None:
+    """A worker's or a fresh server's preexec_fn: signals released, and SIGKILL when the sweep dies."""
+    released_in_child()
+    die_with_parent()
 
 
 def die_with_parent() -> None:
@@ -138,8 +173,9 @@ class ForkServer:
             requests_r, self.requests = os.pipe()
             self.replies, replies_w = os.pipe()
             command = [sys.executable, "-m", "ablate.train.forkserver", " " * ROOM]  # room for workers' lines
-            server = subprocess.Popen(command, stdin=requests_r, stdout=replies_w, start_new_session=True,
-                                      preexec_fn=die_with_parent)  # fmt: skip
+            with signals_held():
+                server = subprocess.Popen(command, stdin=requests_r, stdout=replies_w, start_new_session=True,
+                                          preexec_fn=a_child_of_the_sweep)  # fmt: skip
             os.close(requests_r)
             os.close(replies_w)
             self.pid, self.reap = server.pid, server.wait
@@ -230,8 +266,10 @@ def fork_here() -> None:
         stream.flush()
     gc.disable()
     gc.freeze()  # the child never collects what this process left to collect (Python's advice before a fork)
-    pid = os.fork()
+    with signals_held():
+        pid = os.fork()
     if pid == 0:
+        released_in_child()
         gc.enable()
 
         def become_server() -> NoReturn:

@@ -26,32 +26,6 @@ LAUNCHERS = ("local", "slurm", "submitit-local")  # what --launcher takes; torch
 Outcomes = dict[str, RunResult]  # job label -> its result record
 
 
-class CtrlC:
-    """SIGINT and SIGTERM while a sweep runs: KeyboardInterrupt at once, and remembered. Python swallows an exception
-    that a signal handler raises where it cannot propagate, in a callback around fork: a Ctrl-C as a worker or the
-    fork server starts (a Popen with a preexec_fn) ended in logging's lock release as "Exception ignored", and the
-    sweep went on to train. The launchers' loops call `raise_if_swallowed` each round."""
-
-    heard = False
-
-    @classmethod
-    def install(cls) -> None:
-        """Takes SIGINT (whatever its inherited disposition: `nohup ... &` leaves it ignored) and SIGTERM."""
-        cls.heard = False
-        signal.signal(signal.SIGINT, cls.handler)
-        signal.signal(signal.SIGTERM, cls.handler)  # `kill`, a job scheduler: stop as Ctrl-C does
-
-    @classmethod
-    def handler(cls, signum: int, frame: object) -> None:
-        cls.heard = True
-        raise KeyboardInterrupt
-
-    @classmethod
-    def raise_if_swallowed(cls) -> None:
-        if cls.heard:
-            raise KeyboardInterrupt
-
-
 class Interrupted(Exception):  # noqa: N818 (a stop the user asked for, not an error)
     """The sweep was stopped by the user; its workers saved checkpoints (or were left running: the message says)."""
 

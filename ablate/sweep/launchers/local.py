@@ -25,9 +25,9 @@ from pathlib import Path
 from ablate.errors import UserError
 from ablate.rundir import LOG, Exit, RunLock, checkpoint_step
 from ablate.sweep.devices import Resources, place, visible_devices
-from ablate.sweep.launchers import CtrlC, Interrupted, Outcomes, outcome
+from ablate.sweep.launchers import Interrupted, Outcomes, outcome
 from ablate.sweep.progress import SweepView
-from ablate.train.forkserver import Forked, ForkServer, NotForked, available, die_with_parent
+from ablate.train.forkserver import Forked, ForkServer, NotForked, a_child_of_the_sweep, available, signals_held
 from ablate.train.job import Job
 
 
@@ -72,7 +72,7 @@ def start_worker(
             log.flush()
 
         def setup() -> None:  # in the child, before it runs Python
-            die_with_parent()
+            a_child_of_the_sweep()
             if cores:
                 os.sched_setaffinity(0, cores)
 
@@ -200,9 +200,9 @@ class LocalLauncher:
                         place(job, 0, cpu_ids=take)
                     job.save()
                     view.started(job, checkpoint_step(job.directory, job.config_hash) or 0)
-                    active[start_worker(job, take if res.gpus else None, server)] = (job, take)
+                    with signals_held():  # a Ctrl-C as the worker starts: raised after it is in `active`
+                        active[start_worker(job, take if res.gpus else None, server)] = (job, take)
                 wait_for_any(active, REFRESH_S)
-                CtrlC.raise_if_swallowed()
                 view.refresh()
                 for proc in [p for p in active if p.poll() is not None]:
                     job, take = active.pop(proc)

@@ -32,7 +32,7 @@ from ablate.record import RunResult
 from ablate.rundir import Exit, checkpoint_step, read_result, read_slurm_job, write_slurm_job
 from ablate.sweep.devices import place
 from ablate.sweep.experiment import SlurmSpec
-from ablate.sweep.launchers import CtrlC, Interrupted, Outcomes, cluster, outcome
+from ablate.sweep.launchers import Interrupted, Outcomes, cluster, outcome
 from ablate.sweep.progress import SweepView
 from ablate.train.job import Job
 
@@ -276,7 +276,6 @@ def follow(handles: dict[Any, Job], view: SweepView, s: SlurmSpec, squeue: bool 
     asked, unanswered = 0.0, None
     while pending:
         time.sleep(1.0)
-        CtrlC.raise_if_swallowed()
         if squeue and time.monotonic() - asked >= POLL_S:
             asked = time.monotonic()
             try:
