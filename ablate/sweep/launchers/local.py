@@ -27,7 +27,8 @@ from ablate.rundir import LOG, Exit, RunLock, checkpoint_step
 from ablate.sweep.devices import Resources, place, visible_devices
 from ablate.sweep.launchers import Interrupted, Outcomes, outcome
 from ablate.sweep.progress import SweepView
-from ablate.train.forkserver import Forked, ForkServer, NotForked, a_child_of_the_sweep, available, signals_held
+from ablate.train.children import a_child_of_the_sweep, signals_held
+from ablate.train.forkserver import Forked, ForkServer, NotForked, available
 from ablate.train.job import Job
 
 
